@@ -1,0 +1,542 @@
+"""Real Triton Inference Server 2.51 and perf_analyzer, prepared from the package registry.
+
+The conformance tests compare the workbench against the real thing. Neither needs Docker nor a
+GPU: both binaries ship inside ordinary wheels on PyPI.
+
+- ``nvidia-pytriton==0.7.0`` carries ``pytriton/tritonserver/bin/tritonserver`` (Triton 2.51,
+  Python backend only), the backend, one ``triton_python_backend_stub`` per Python version, and
+  its shared libraries (``nvidia_pytriton.libs/``, auditwheel-style hashed names).
+- ``tritonclient==2.41.0`` (the ``manylinux1_x86_64`` wheel, not the pure-Python one) carries
+  ``tritonclient-2.41.0.data/data/bin/perf_analyzer``.
+
+``prepare()`` downloads both wheels with ``pip download --no-deps`` into a cache folder
+(``<repo>/.peers/``, gitignored; ``WORKBENCH_PEERS_DIR`` overrides), unzips only what it needs,
+and returns a :class:`Peers`. ``TritonServerProcess`` runs tritonserver on loopback ports;
+``run_perf_analyzer()`` runs perf_analyzer. The module needs only the standard library, so CI can
+run ``python tests/integration/peers.py prepare`` (or ``python -m tests.integration.peers
+prepare``) before pytest; it exits non-zero with a message when the peers cannot be prepared.
+
+Gotchas, each learnt the hard way:
+
+- The stub embeds ``libpython3.X.so.1.0`` (not bundled for 3.8-3.12). ``prepare()`` links the
+  running interpreter's own shared libpython into the private lib folder when it has one;
+  otherwise the system one (``apt-get install libpython3.X``) must exist.
+- The stub is an embedded interpreter whose ``sys.prefix`` comes from the first ``python3`` on
+  ``PATH``; it imports ``numpy`` from there. That interpreter must have **numpy < 2**: with
+  numpy 2 the stub silently returns empty outputs. The child environment therefore puts the
+  running interpreter's ``bin/`` (the venv) first on ``PATH``; a symlink to a venv's python would
+  not do, because the embedded interpreter finds ``pyvenv.cfg`` only next to the unresolved path.
+- The stub must match the running Python's major.minor (``python_backend_stubs/3.X/``), and must
+  sit in ``<backend-directory>/python/`` next to ``libtriton_python.so``.
+- The stub's RPATH points four levels up to ``nvidia_pytriton.libs``; once copied into the
+  backend folder it finds its libraries only through ``LD_LIBRARY_PATH``.
+- perf_analyzer is linked against ``libb64.so.0d`` and ``libcudart.so.12``; the pytriton wheel has
+  both under hashed names, so a private folder holds symlinks with the expected names. It runs
+  fine without a GPU.
+- perf_analyzer needs ``GET /v2/models/{m}/config``, and prints its ``Server:`` section only when
+  the server metadata lists the ``statistics`` extension.
+- ``--model-control-mode explicit`` plus ``--load-model *`` loads everything at start and still
+  allows the repository load/unload API (``none`` refuses it; ``poll`` races with tests).
+- Triton waits up to ``--exit-timeout-secs`` (default 30) for in-flight work on SIGTERM; it is set
+  low here. Triton is started in its own session so that stub processes left behind by a SIGKILL
+  can be killed by that process group, and nothing else.
+- Ports are picked by binding port 0 and releasing it, which can race; a start that fails with
+  "address already in use" is retried with fresh ports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import importlib.metadata
+import os
+import platform
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+PYTRITON_VERSION = "0.7.0"
+TRITONCLIENT_VERSION = "2.41.0"
+TRITON_VERSION = "2.51.0"
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PEERS_DIR_ENV = "WORKBENCH_PEERS_DIR"
+
+_PYTRITON_PLATFORM = "manylinux_2_35_x86_64"
+_TRITONCLIENT_PLATFORM = "manylinux1_x86_64"
+_PERF_ANALYZER_MEMBER = f"tritonclient-{TRITONCLIENT_VERSION}.data/data/bin/perf_analyzer"
+_SERVER_PREFIX = "pytriton/tritonserver/"
+_LIBS_PREFIX = "nvidia_pytriton.libs/"
+# Library names perf_analyzer asks for -> prefix of the hashed file in nvidia_pytriton.libs.
+_LIB_ALIASES = {"libb64.so.0d": "libb64-", "libcudart.so.12": "libcudart-"}
+_OFFLINE_MARKERS = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ProxyError",
+    "Max retries exceeded",
+)
+
+
+class PeersUnavailable(RuntimeError):
+    """The peers could not be prepared; ``offline`` says whether the registry was unreachable."""
+
+    def __init__(self, message: str, *, offline: bool = False) -> None:
+        super().__init__(message)
+        self.offline = offline
+
+
+class TritonStartError(RuntimeError):
+    """tritonserver exited or did not become ready in time; the message ends with its log."""
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Paths of the prepared peers and the environment their processes need."""
+
+    root: Path
+    tritonserver: Path
+    backend_dir: Path
+    lib_dir: Path
+    perf_analyzer: Path | None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default ``os.environ``) with ``env`` applied: PATH and LD_LIBRARY_PATH."""
+        merged = dict(os.environ if base is None else base)
+        for name, value in self.env.items():
+            previous = merged.get(name)
+            merged[name] = f"{value}{os.pathsep}{previous}" if previous else value
+        return merged
+
+
+def peers_dir() -> Path:
+    """The cache folder: ``$WORKBENCH_PEERS_DIR`` or ``<repo>/.peers``."""
+    return Path(os.environ.get(PEERS_DIR_ENV) or REPO_ROOT / ".peers").resolve()
+
+
+def prepare(root: Path | None = None) -> Peers:
+    """Download (once) and lay out tritonserver, its Python backend and perf_analyzer."""
+    root = (root or peers_dir()).resolve()
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        raise PeersUnavailable(f"the peers are linux x86_64 binaries, not {sys.platform}")
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / ".lock"):
+        server_root = _extract_pytriton(root)
+        perf_analyzer = _extract_perf_analyzer(root)
+        lib_dir = _build_lib_dir(root, server_root)
+        backend_dir = _build_backend_dir(root, server_root)
+    lib_path = os.pathsep.join([str(lib_dir), str(server_root / "nvidia_pytriton.libs")])
+    return Peers(
+        root=root,
+        tritonserver=server_root / _SERVER_PREFIX / "bin" / "tritonserver",
+        backend_dir=backend_dir,
+        lib_dir=lib_dir,
+        perf_analyzer=perf_analyzer,
+        env={"LD_LIBRARY_PATH": lib_path, "PATH": str(Path(sys.executable).parent)},
+    )
+
+
+def check_stub_python() -> None:
+    """Fail early when the ``python3`` the stub will use cannot serve Python models."""
+    python3 = Path(sys.executable).parent / "python3"
+    if not python3.exists():
+        raise PeersUnavailable(f"{python3} is missing; the Python backend stub looks it up on PATH")
+    try:
+        numpy_version = importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        raise PeersUnavailable(
+            "numpy is not installed; the Python backend stub needs numpy<2"
+        ) from None
+    if int(numpy_version.split(".")[0]) >= 2:
+        raise PeersUnavailable(
+            f"numpy {numpy_version} is installed; Triton 2.51's Python backend stub needs numpy<2 "
+            "(with numpy 2 it silently returns empty outputs)"
+        )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    # Several pytest workers or CI steps may prepare the same cache at once.
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _download(root: Path, requirement: str, wheel_platform: str) -> Path:
+    """``pip download`` one wheel into ``root/wheels`` unless it is already there."""
+    wheels = root / "wheels"
+    name, version = requirement.split("==")
+    stem = f"{name.replace('-', '_')}-{version}-"
+    found = sorted(path for path in wheels.glob(f"{stem}*.whl") if wheel_platform in path.name)
+    if found:
+        return found[0]
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--platform", wheel_platform, "--retries", "2", "--timeout", "60",
+        "--dest", str(wheels), requirement,
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    found = sorted(path for path in wheels.glob(f"{stem}*.whl") if wheel_platform in path.name)
+    if result.returncode != 0 or not found:
+        output = result.stdout + result.stderr
+        offline = any(marker in output for marker in _OFFLINE_MARKERS)
+        raise PeersUnavailable(
+            f"`{' '.join(command)}` failed (exit {result.returncode}):\n{output[-3000:]}",
+            offline=offline,
+        )
+    return found[0]
+
+
+def _extract(wheel: Path, members: Sequence[str], target: Path) -> None:
+    """Unzip ``members`` of ``wheel`` into ``target`` atomically, keeping the exec bits."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for member in members:
+                archive.extract(member, staging)
+                mode = archive.getinfo(member).external_attr >> 16
+                (staging / member).chmod((mode & 0o777) | stat.S_IRUSR | stat.S_IWUSR)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _python_x_y() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _wanted_server_member(name: str) -> bool:
+    if name.endswith("/"):
+        return False
+    python_x_y = _python_x_y()
+    if name.startswith(_LIBS_PREFIX):
+        # The bundled libpython (30 MB) is only for the stub of that very Python version.
+        return "libpython" not in name or f".{sys.version_info.minor}.so" in name
+    return name in {
+        f"{_SERVER_PREFIX}bin/tritonserver",
+        f"{_SERVER_PREFIX}backends/python/libtriton_python.so",
+        f"{_SERVER_PREFIX}backends/python/triton_python_backend_utils.py",
+        f"{_SERVER_PREFIX}python_backend_stubs/{python_x_y}/triton_python_backend_stub",
+    }
+
+
+def _extract_pytriton(root: Path) -> Path:
+    target = root / f"pytriton-{PYTRITON_VERSION}-py{_python_x_y()}"
+    if not (target / _SERVER_PREFIX / "bin" / "tritonserver").exists():
+        wheel = _download(root, f"nvidia-pytriton=={PYTRITON_VERSION}", _PYTRITON_PLATFORM)
+        with zipfile.ZipFile(wheel) as archive:
+            members = [name for name in archive.namelist() if _wanted_server_member(name)]
+        if not any("python_backend_stubs" in name for name in members):
+            raise PeersUnavailable(f"{wheel.name} has no Python backend stub for {sys.version}")
+        _extract(wheel, members, target)
+    return target
+
+
+def _extract_perf_analyzer(root: Path) -> Path | None:
+    target = root / f"tritonclient-{TRITONCLIENT_VERSION}"
+    binary = target / _PERF_ANALYZER_MEMBER
+    if not binary.exists():
+        wheel = _download(root, f"tritonclient=={TRITONCLIENT_VERSION}", _TRITONCLIENT_PLATFORM)
+        with zipfile.ZipFile(wheel) as archive:
+            if _PERF_ANALYZER_MEMBER not in archive.namelist():
+                return None
+        _extract(wheel, [_PERF_ANALYZER_MEMBER], target)
+    return binary
+
+
+def _build_lib_dir(root: Path, server_root: Path) -> Path:
+    """Symlinks under the names perf_analyzer and the stub ask for."""
+    lib_dir = root / "lib"
+    lib_dir.mkdir(exist_ok=True)
+    bundled = server_root / "nvidia_pytriton.libs"
+    for alias, prefix in _LIB_ALIASES.items():
+        matches = sorted(bundled.glob(f"{prefix}*"))
+        if not matches:
+            raise PeersUnavailable(f"no {prefix}* in {bundled} to provide {alias}")
+        _symlink(lib_dir / alias, matches[0])
+    libpython = _shared_libpython()
+    if libpython is not None:
+        _symlink(lib_dir / libpython.name, libpython)
+    return lib_dir
+
+
+def _shared_libpython() -> Path | None:
+    """The running interpreter's ``libpython3.X.so.1.0``, if it was built shared."""
+    soname = sysconfig.get_config_var("INSTSONAME")
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED") or not soname or not libdir:
+        return None
+    candidate = Path(libdir) / soname
+    return candidate if candidate.exists() else None
+
+
+def _symlink(link: Path, target: Path) -> None:
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
+def _build_backend_dir(root: Path, server_root: Path) -> Path:
+    """``<backends>/python/`` with the backend library, its utils module and the stub."""
+    python_x_y = _python_x_y()
+    stubs = server_root / _SERVER_PREFIX / "python_backend_stubs"
+    backend_dir = root / f"backends-py{python_x_y}"
+    python_dir = backend_dir / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    sources = [
+        server_root / _SERVER_PREFIX / "backends/python/libtriton_python.so",
+        server_root / _SERVER_PREFIX / "backends/python/triton_python_backend_utils.py",
+        stubs / python_x_y / "triton_python_backend_stub",
+    ]
+    for source in sources:
+        destination = python_dir / source.name
+        if not destination.exists():
+            shutil.copy2(source, destination)
+    return backend_dir
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TritonServerProcess:
+    """Real tritonserver on loopback, as a context manager; stopped by pid on exit.
+
+    ``http_url``/``grpc_url`` are ``host:port`` strings as tritonclient and perf_analyzer want.
+    """
+
+    def __init__(
+        self,
+        peers: Peers,
+        model_repository: Path,
+        *,
+        log_path: Path | None = None,
+        model_control_mode: str = "explicit",
+        load_models: Sequence[str] = ("*",),
+        startup_timeout_s: float = 120.0,
+        stop_timeout_s: float = 15.0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.peers = peers
+        self.model_repository = Path(model_repository).resolve()
+        self.log_path = log_path or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+        self.model_control_mode = model_control_mode
+        self.load_models = tuple(load_models) if model_control_mode == "explicit" else ()
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.http_port = self.grpc_port = self.metrics_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "tritonserver is not running"
+        return self.process.pid
+
+    def command(self) -> list[str]:
+        """The tritonserver command line for the current ports."""
+        command = [
+            str(self.peers.tritonserver),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={self.peers.backend_dir}",
+            f"--model-control-mode={self.model_control_mode}",
+            "--http-address=127.0.0.1", f"--http-port={self.http_port}",
+            "--allow-grpc=true", "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
+            "--allow-metrics=true", "--metrics-address=127.0.0.1",
+            f"--metrics-port={self.metrics_port}",
+            "--log-verbose=0", "--exit-timeout-secs=5",
+        ]  # fmt: skip
+        command += [f"--load-model={name}" for name in self.load_models]
+        return command + list(self.extra_args)
+
+    def log_text(self) -> str:
+        """Everything tritonserver wrote to stdout and stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self, attempts: int = 3) -> TritonServerProcess:
+        """Start tritonserver and wait for ``/v2/health/ready``; retry on a port clash."""
+        check_stub_python()
+        started = time.monotonic()
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+            except TritonStartError:
+                if attempt + 1 == attempts or "already in use" not in self.log_text():
+                    raise
+            else:
+                self.startup_s = time.monotonic() - started
+                return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready()
+        except TritonStartError:
+            self.stop()
+            raise
+
+    def _env(self) -> dict[str, str]:
+        env = self.peers.child_env()
+        # The stubs import model.py; keep __pycache__ out of the (often version-controlled) repo.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TritonStartError(self._failure(f"exited with {self.process.returncode}"))
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url, timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(0.1)
+        raise TritonStartError(self._failure(f"not ready after {self.startup_timeout_s:.0f}s"))
+
+    def _failure(self, what: str) -> str:
+        return f"tritonserver {what}; log {self.log_path}:\n{self.log_text()[-4000:]}"
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after ``stop_timeout_s``; also kills leftover stub processes."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=self.stop_timeout_s)
+        # Only processes of the session started above (the stubs) can be in this group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return process.returncode
+
+    def __enter__(self) -> TritonServerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def run_perf_analyzer(
+    model: str,
+    url: str,
+    protocol: str = "http",
+    concurrency: int = 1,
+    measurement_ms: int = 2000,
+    extra_args: Sequence[str] = (),
+    *,
+    peers: Peers | None = None,
+    timeout_s: float = 180.0,
+) -> tuple[int, str]:
+    """Run perf_analyzer against ``url`` (``host:port``); return its exit code and output.
+
+    On timeout the process is killed and the exit code is 124, as with ``timeout(1)``.
+    """
+    peers = peers or prepare()
+    if peers.perf_analyzer is None:
+        raise PeersUnavailable("the tritonclient wheel has no perf_analyzer for this platform")
+    command = [
+        str(peers.perf_analyzer), "-m", model, "-u", url, "-i", protocol,
+        f"--concurrency-range={concurrency}:{concurrency}",
+        f"--measurement-interval={measurement_ms}", *extra_args,
+    ]  # fmt: skip
+    try:
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=peers.child_env(),
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as expired:
+        partial = expired.stdout or ""
+        text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        return 124, f"{text}\nperf_analyzer timed out after {timeout_s:.0f}s"
+    return result.returncode, result.stdout + result.stderr
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["prepare"], help="download and lay out the peers")
+    parser.add_argument("--dir", type=Path, default=None, help=f"cache folder (${PEERS_DIR_ENV})")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        peers = prepare(args.dir)
+        check_stub_python()
+    except PeersUnavailable as error:
+        kind = "registry unreachable" if error.offline else "failed"
+        print(f"peers: prepare {kind}: {error}", file=sys.stderr)
+        return 1
+    print(f"peers ready in {time.monotonic() - started:.1f}s under {peers.root}")
+    print(f"tritonserver     {peers.tritonserver}  (Triton {TRITON_VERSION})")
+    print(f"backend dir      {peers.backend_dir}")
+    print(f"perf_analyzer    {peers.perf_analyzer}")
+    for name, value in peers.env.items():
+        print(f"{name:<16} {value}  (prepended)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,51 @@
+"""Triton Workbench: build, tune and ship Triton-style model serving from a notebook.
+
+``import workbench`` stays light: the server stack is imported on first use, and optional
+backends (onnxruntime, torch, tensorrt) only when a model needs them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    InternalError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    NotFoundError,
+    UnavailableError,
+    UnsupportedError,
+    WorkbenchError,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from workbench.server.hosting import Server
+
+_LAZY = {"Server": "workbench.server.hosting"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'workbench' has no attribute '{name}'")
+
+
+__all__ = [
+    "AlreadyExistsError",
+    "ConfigError",
+    "InternalError",
+    "InvalidArgumentError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "Server",
+    "UnavailableError",
+    "UnsupportedError",
+    "WorkbenchError",
+    "__version__",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from workbench.server.cli import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""The contract between the core (layer 3) and a backend (layer 2).
+
+A backend turns a model folder into instances; an instance executes a batch of requests.
+The core owns scheduling, threads and statistics; a backend only computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from tritonclient.grpc import model_config_pb2
+
+from workbench._types import Parameters, Tensor
+from workbench.errors import WorkbenchError
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+class ExecRequest(Protocol):
+    """One inference request as a backend sees it (``core.InferRequest`` satisfies this)."""
+
+    id: str
+    inputs: dict[str, Tensor]
+    #: names of the outputs the client asked for; ``None`` means all of them.
+    requested_outputs: list[str] | None
+    parameters: Parameters
+
+
+@dataclass(slots=True)
+class ExecResult:
+    """The outcome of one request: its outputs, or the error that failed it alone."""
+
+    outputs: list[Tensor] = field(default_factory=list)
+    error: WorkbenchError | None = None
+    parameters: Parameters = field(default_factory=dict)
+
+
+class InferenceClient(Protocol):
+    """What a model may call back into the server with (Python backend BLS)."""
+
+    def infer_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Tensor]:
+        """Run an inference on this server from a worker thread; raises ``WorkbenchError``."""
+        ...
+
+    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool: ...
+
+
+@dataclass(slots=True)
+class InstanceContext:
+    """Everything a backend needs to create one model instance."""
+
+    model_name: str
+    model_version: int
+    config: ModelConfig
+    #: ``<repository>/<model>``
+    model_path: Path
+    #: ``<repository>/<model>/<version>``
+    version_path: Path
+    #: Triton's instance name, e.g. ``add_sub_0_0`` (``<group name>_<index>``).
+    instance_name: str
+    #: ``KIND_CPU``, ``KIND_GPU`` or ``KIND_MODEL``
+    kind: str = "KIND_CPU"
+    device_id: int = 0
+    #: set by the core so that python models can issue BLS requests
+    client: InferenceClient | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ModelInstance(Protocol):
+    """A loaded copy of a model; ``execute`` is called from one worker at a time."""
+
+    def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
+        """Return exactly one result per request, in order."""
+        ...
+
+    def close(self) -> None:
+        """Release the instance (``finalize`` for python models)."""
+        ...
+
+
+class Backend(Protocol):
+    """A backend: ``python``, ``onnxruntime``, ``pytorch``, ``tensorrt``."""
+
+    #: the ``backend`` name in config.pbtxt
+    name: str
+    #: file inside a version folder when ``default_model_filename`` is unset
+    default_model_filename: str
+
+    def auto_complete(self, config: ModelConfig, model_path: Path, version_path: Path) -> None:
+        """Fill in what Triton's auto-complete would for this backend (in place)."""
+        ...
+
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        """Load the model for one instance; raise ``WorkbenchError`` with a clear reason."""
+        ...

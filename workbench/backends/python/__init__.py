@@ -1,0 +1,7 @@
+"""Triton's Python backend: unchanged ``model.py`` files through a ``pb_utils`` shim."""
+
+from __future__ import annotations
+
+from workbench.backends.python.backend import PythonBackend, PythonModelInstance
+
+__all__ = ["PythonBackend", "PythonModelInstance"]

@@ -1,0 +1,119 @@
+"""Conversions between the core's tensors/requests and ``pb_utils`` objects, and BLS."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from workbench._types import Tensor
+from workbench.backends._batching import make_tensor, wanted
+from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
+from workbench.backends.python import pb_utils
+from workbench.errors import (
+    AlreadyExistsError,
+    CancelledError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    UnsupportedError,
+    WorkbenchError,
+)
+
+#: ``TritonError`` code -> the matching error category
+_ERRORS: dict[int, type[WorkbenchError]] = {
+    pb_utils.TritonError.UNKNOWN: WorkbenchError,
+    pb_utils.TritonError.INTERNAL: InternalError,
+    pb_utils.TritonError.NOT_FOUND: NotFoundError,
+    pb_utils.TritonError.INVALID_ARG: InvalidArgumentError,
+    pb_utils.TritonError.UNAVAILABLE: UnavailableError,
+    pb_utils.TritonError.UNSUPPORTED: UnsupportedError,
+    pb_utils.TritonError.ALREADY_EXISTS: AlreadyExistsError,
+    pb_utils.TritonError.CANCELLED: CancelledError,
+}
+
+#: KServe request parameters that Triton turns into request fields, not ``parameters()``
+_RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+
+
+def to_workbench_error(error: pb_utils.TritonError) -> WorkbenchError:
+    """The library error for a ``TritonError`` set on a response."""
+    return _ERRORS.get(error.code(), WorkbenchError)(error.message())
+
+
+def to_triton_error(error: WorkbenchError) -> pb_utils.TritonError:
+    """The ``TritonError`` a BLS response carries for a library error."""
+    code = getattr(pb_utils.TritonError, error.code, pb_utils.TritonError.UNKNOWN)
+    return pb_utils.TritonError(error.message, code)
+
+
+def to_pb_tensor(tensor: Tensor) -> pb_utils.Tensor:
+    """A model-facing tensor sharing the array of a wire tensor."""
+    return pb_utils.Tensor._from_wire(tensor.name, tensor.datatype, tensor.array)
+
+
+def to_pb_request(request: ExecRequest, all_outputs: Sequence[str]) -> pb_utils.InferenceRequest:
+    """The ``pb_utils.InferenceRequest`` that ``execute`` receives for a core request."""
+    params = request.parameters
+    flags = 0
+    if params.get("sequence_start"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    if params.get("sequence_end"):
+        flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+    return pb_utils.InferenceRequest(
+        request_id=request.id,
+        correlation_id=params.get("sequence_id", 0),
+        inputs=[to_pb_tensor(t) for t in request.inputs.values()],
+        # Triton's core fills in every output when the client names none.
+        requested_output_names=request.requested_outputs or list(all_outputs),
+        flags=flags,
+        timeout=int(params.get("timeout", 0)),
+        parameters={k: v for k, v in params.items() if k not in _RESERVED},
+    )
+
+
+def to_result(
+    response: Any, request: ExecRequest, declared: dict[str, str], model: str
+) -> ExecResult:
+    """The core's result for the ``InferenceResponse`` a model produced for ``request``."""
+    if not isinstance(response, pb_utils.InferenceResponse):
+        return ExecResult(
+            error=InternalError(
+                f"Failed to process the request(s) for model '{model}', message: Expected an "
+                "'InferenceResponse' object in the execute function return list, found type "
+                f"'{type(response).__name__}'."
+            )
+        )
+    if response.has_error():
+        return ExecResult(error=to_workbench_error(response.error()))  # type: ignore[arg-type]
+    outputs = [
+        _output(tensor, declared.get(tensor.name()))
+        for tensor in response.output_tensors()
+        if wanted(tensor.name(), request.requested_outputs)
+    ]
+    return ExecResult(outputs=outputs, parameters=dict(response._parameters))
+
+
+def _output(tensor: pb_utils.Tensor, declared: str | None) -> Tensor:
+    wire = tensor._wire_type()
+    if wire == "BF16" or (declared == "BF16" and wire == "UINT16"):
+        return Tensor(tensor.name(), "BF16", tensor._array)
+    return make_tensor(tensor.name(), tensor._array, declared)
+
+
+def run_bls(client: InferenceClient, request: pb_utils.InferenceRequest) -> Any:
+    """Run a BLS request through ``client``; failures come back as a response error."""
+    inputs = [Tensor(t.name(), t._wire_type(), t._array) for t in request.inputs()]
+    timeout_us = request.timeout()
+    try:
+        outputs = client.infer_sync(
+            request.model_name,
+            inputs,
+            model_version=request.model_version,
+            requested_outputs=request.requested_output_names() or None,
+            parameters=dict(request._parameters),
+            timeout_s=timeout_us / 1e6 if timeout_us else None,
+        )
+    except WorkbenchError as exc:
+        return pb_utils.InferenceResponse(error=to_triton_error(exc))
+    return pb_utils.InferenceResponse([to_pb_tensor(t) for t in outputs])

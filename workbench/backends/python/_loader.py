@@ -1,0 +1,68 @@
+"""Import a ``model.py`` the way Triton's stub does, once per model instance.
+
+Triton runs each instance in its own stub process, puts the version folder and the model
+folder on ``sys.path`` and imports ``<version>.model``. In-process, every instance gets a
+private package (named after the model, bound to its version folder) so that two models
+called ``model.py`` never share a module and relative imports still work. Helper modules
+imported by plain name through ``sys.path`` are shared by the process (a known limit of
+in-process execution).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+import sys
+import types
+from pathlib import Path
+
+from workbench.backends.python import pb_utils
+from workbench.errors import InternalError, NotFoundError
+
+_counter = itertools.count()
+
+
+def install_shim() -> None:
+    """Make ``import triton_python_backend_utils`` resolve to ``pb_utils``."""
+    sys.modules.setdefault("triton_python_backend_utils", pb_utils)
+
+
+def load_module(model_name: str, model_file: Path) -> types.ModuleType:
+    """Execute ``model_file`` as a fresh module; raise ``InternalError`` if it fails."""
+    if not model_file.is_file():
+        raise NotFoundError(f"Python model file not found in '{model_file}'")
+    install_shim()
+    version_dir = model_file.parent
+    for folder in (str(version_dir), str(version_dir.parent)):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    safe_name = re.sub(r"\W", "_", model_name)
+    package = f"_triton_model_{safe_name}_{next(_counter)}"
+    package_module = types.ModuleType(package)
+    package_module.__path__ = [str(version_dir)]
+    sys.modules[package] = package_module
+    name = f"{package}.{model_file.stem}"
+    spec = importlib.util.spec_from_file_location(name, model_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        unload_module(module)
+        raise InternalError(
+            f"failed to load python model '{model_name}' from {model_file}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(getattr(module, "TritonPythonModel", None), type):
+        unload_module(module)
+        raise InternalError(f"python model '{model_name}' does not define class TritonPythonModel")
+    return module
+
+
+def unload_module(module: types.ModuleType) -> None:
+    """Forget a module imported by ``load_module`` (and its private package)."""
+    package = module.__name__.rpartition(".")[0]
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]

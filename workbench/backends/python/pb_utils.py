@@ -1,0 +1,470 @@
+"""A ``triton_python_backend_utils`` that runs unchanged Triton Python models in-process.
+
+The Python backend installs this module as ``sys.modules["triton_python_backend_utils"]``
+before it imports a ``model.py``, so ``import triton_python_backend_utils as pb_utils`` gets
+these classes. Names, signatures and error texts follow Triton's python_backend (the pure
+Python helpers of ``triton_python_backend_utils.py`` and the C++ ``c_python_backend_utils``
+types); tensors live in host memory as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.backends.python._dlpack import array_from_dlpack, array_to_dlpack
+from workbench.backends.python._metrics import Logger, LogLevel, Metric, MetricFamily, MetricKind
+from workbench.backends.python._model_config import ModelConfig
+from workbench.config.dtypes import WIRE_TO_NUMPY, config_to_wire, wire_to_config_enum
+
+TRITON_STRING_TO_NUMPY = {
+    f"TYPE_{'STRING' if wire == 'BYTES' else wire}": (bool if wire == "BOOL" else dt.type)
+    for wire, dt in WIRE_TO_NUMPY.items()
+    if wire != "BF16"
+}
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_GPU = 2
+
+
+@dataclass
+class _ModelScope:
+    """What the code of one model instance may reach: its folder and the server (BLS)."""
+
+    model_dir: str
+    client: Any = None
+
+
+#: Set by the backend around every call into model code (see ``PythonModelInstance``).
+_scope: contextvars.ContextVar[_ModelScope | None] = contextvars.ContextVar(
+    "triton_python_model_scope", default=None
+)
+
+
+class TritonModelException(Exception):
+    """Raised by the backend (and by models) for a failure inside a Python model."""
+
+    def __init__(self, msg: str = "") -> None:
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        """The message of the exception."""
+        return self._msg
+
+
+class TritonError:
+    """An error carried by an ``InferenceResponse`` (not an exception, as in Triton)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        if message is None:
+            raise TypeError("TritonError message must not be None")
+        self._message = message
+        self._code = int(code)
+
+    def message(self) -> str:
+        """The error message."""
+        return self._message
+
+    def code(self) -> int:
+        """The ``TRITONSERVER_Error_Code`` (``TritonError.INTERNAL`` ...)."""
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """numpy dtype -> ``TRITONSERVER_DataType`` number (``np.float32`` -> 11), None if none."""
+    if data_type in (np.object_, np.bytes_) or getattr(data_type, "type", None) is np.bytes_:
+        return 13
+    for wire, dt in WIRE_TO_NUMPY.items():
+        if wire not in ("BYTES", "BF16") and data_type == dt:
+            return wire_to_config_enum(wire)
+    return None
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """``TRITONSERVER_DataType`` number -> numpy type (``11`` -> ``np.float32``)."""
+    if not 1 <= data_type <= 13:
+        return None
+    return WIRE_TO_NUMPY[config_to_wire(data_type)].type
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``np.float32``."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
+    """Flatten a bytes tensor into 4-byte-length-prefixed elements, in C order."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    chunks = []
+    for item in input_tensor.reshape(-1):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        chunks.append(struct.pack("<I", len(data)))
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """The inverse of ``serialize_byte_tensor``: a 1-D object array of ``bytes``."""
+    items = []
+    offset = 0
+    while offset < len(encoded_tensor):
+        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
+        offset += 4
+        items.append(bytes(encoded_tensor[offset : offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+class Tensor:
+    """An input or output tensor of a Python model, held as a host numpy array."""
+
+    def __init__(self, name: str, numpy_array: Any) -> None:
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array = np.ascontiguousarray(numpy_array)
+        dtype = numpy_to_triton_type(array.dtype)
+        if dtype is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        self._name = name
+        self._array = array
+        self._dtype = dtype
+
+    @classmethod
+    def _from_wire(cls, name: str, datatype: str, array: np.ndarray) -> Tensor:
+        tensor = cls.__new__(cls)
+        tensor._name, tensor._array = name, array
+        tensor._dtype = wire_to_config_enum(datatype)
+        return tensor
+
+    def name(self) -> str:
+        """The tensor name."""
+        return self._name
+
+    def triton_dtype(self) -> int:
+        """The ``TRITONSERVER_DataType`` number of the tensor (``TYPE_BF16`` is 14)."""
+        return self._dtype
+
+    def as_numpy(self) -> np.ndarray:
+        """The values as a numpy array (BF16 has none: use ``to_dlpack``)."""
+        if self._dtype == 14:
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+                "from_dlpack() instead."
+            )
+        return self._array
+
+    def shape(self) -> list[int]:
+        """The dimensions of the tensor."""
+        return list(self._array.shape)
+
+    def is_cpu(self) -> bool:
+        """Always True: tensors of in-process models live in host memory."""
+        return True
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule of the tensor (BF16 through torch)."""
+        if self._dtype == 13:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return array_to_dlpack(self._array, bf16=self._dtype == 14)
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    @staticmethod
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (torch, numpy)."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        array, bf16 = array_from_dlpack(tensor)
+        if bf16:
+            return Tensor._from_wire(name, "BF16", array)
+        return Tensor(name, array)
+
+    def _wire_type(self) -> str:
+        return config_to_wire(self._dtype)
+
+    def __repr__(self) -> str:
+        return f"Tensor(name={self._name!r}, dtype={self._wire_type()}, shape={self.shape()})"
+
+
+class PreferredMemory:
+    """Accepted for compatibility; results of BLS calls always land in host memory."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceResponse:
+    """The response to one request: output tensors, or an error."""
+
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        tensors = list(output_tensors or [])
+        if any(not isinstance(t, Tensor) for t in tensors):
+            raise TritonModelException('"output_tensors" must be a list of Tensor objects.')
+        self._output_tensors = tensors
+        self._error = error
+        self._parameters = dict(parameters or {})
+
+    def output_tensors(self) -> list[Tensor]:
+        """The output tensors."""
+        return self._output_tensors
+
+    def has_error(self) -> bool:
+        """Whether the response carries an error."""
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        """The error, or None."""
+        return self._error
+
+    def parameters(self) -> str:
+        """The response parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+
+class InferenceResponseSender:
+    """Sends the response of a request from inside ``execute`` instead of returning it.
+
+    Only Triton's non-decoupled use is supported: one response, then the FINAL flag.
+    """
+
+    def __init__(self) -> None:
+        self.response: InferenceResponse | None = None
+        self.closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        """Send ``response``; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` closes the sender."""
+        if self.closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if response is not None:
+            if self.response is not None:
+                raise TritonModelException(
+                    "Non-decoupled model cannot send more than one response."
+                )
+            self.response = response
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.closed = True
+
+    def is_cancelled(self) -> bool:
+        """Always False: cancellation does not reach in-process models yet."""
+        return False
+
+
+class InferenceRequest:
+    """A request handed to ``execute``, or (built by the model) a BLS request to run."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Iterable[Tensor] = (),
+        requested_output_names: Iterable[str] = (),
+        model_name: str = "",
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested_output_names = list(requested_output_names)
+        self.model_name = model_name
+        self.model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters)
+        self._parameters: dict[str, Any] = dict(parameters or {})
+        self._sender: InferenceResponseSender | None = None
+
+    def inputs(self) -> list[Tensor]:
+        """The input tensors."""
+        return self._inputs
+
+    def request_id(self) -> str:
+        """The request ID ("" when none)."""
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        """The sequence correlation ID (0 outside a sequence)."""
+        return self._correlation_id
+
+    def requested_output_names(self) -> list[str]:
+        """The outputs to compute (every model output when the client named none)."""
+        return self._requested_output_names
+
+    def flags(self) -> int:
+        """``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`` / ``_END`` bits."""
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        """Set the request flags (for BLS requests to sequence models)."""
+        self._flags = flags
+
+    def timeout(self) -> int:
+        """The timeout in microseconds (0: none)."""
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON string."""
+        return json.dumps(self._parameters)
+
+    def trace(self) -> None:
+        """Tracing is not available in-process."""
+        return None
+
+    def is_cancelled(self) -> bool:
+        """Always False: cancellation does not reach in-process models yet."""
+        return False
+
+    def set_release_flags(self, flags: int) -> None:
+        """Only ``TRITONSERVER_REQUEST_RELEASE_ALL`` (the default) is supported."""
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException("request rescheduling is not supported by Triton Workbench")
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The sender for this request's single (non-decoupled) response."""
+        if self._sender is None:
+            self._sender = InferenceResponseSender()
+        return self._sender
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        """Run this request on the server (BLS) and wait for its response."""
+        scope = _scope.get()
+        if decoupled:
+            raise TritonModelException("decoupled BLS calls are not supported by Triton Workbench")
+        if scope is None or scope.client is None:
+            raise TritonModelException("BLS requests need a running server; none is attached")
+        from workbench.backends.python._bridge import run_bls
+
+        return run_bls(scope.client, self)
+
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+        """Like ``exec`` but awaitable; runs on the loop's default executor."""
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        return loop.run_in_executor(None, context.run, self.exec, decoupled)
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The input tensor called ``name``, or None."""
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The output tensor called ``name``, or None."""
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The ``input`` entry called ``name`` of a model configuration dict, or None."""
+    return next((i for i in model_config.get("input", []) if i["name"] == name), None)
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The ``output`` entry called ``name`` of a model configuration dict, or None."""
+    return next((o for o in model_config.get("output", []) if o["name"] == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the configuration asks for the decoupled transaction policy."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def get_model_dir() -> str:
+    """The folder of the running ``model.py`` (its version folder, as in Triton)."""
+    scope = _scope.get()
+    if scope is None:
+        raise TritonModelException("get_model_dir() is only available inside a model")
+    return scope.model_dir
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether ``model_name`` is loaded and ready on the server."""
+    scope = _scope.get()
+    if scope is None or scope.client is None:
+        raise TritonModelException("is_model_ready needs a running server; none is attached")
+    return bool(scope.client.is_model_ready(model_name, int(model_version or -1)))
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Not supported yet: model control from inside a model."""
+    raise TritonModelException("load_model is not supported by Triton Workbench yet")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Not supported yet: model control from inside a model."""
+    raise TritonModelException("unload_model is not supported by Triton Workbench yet")
+
+
+__all__ = [
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "Logger",
+    "LogLevel",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
+    "ModelConfig",
+    "PreferredMemory",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "using_decoupled_model_transaction_policy",
+]

@@ -1,0 +1,1 @@
+"""Model configuration through Triton's own protobuf schema."""

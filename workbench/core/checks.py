@@ -1,0 +1,128 @@
+"""Checks of an inference request against the model configuration.
+
+Messages follow Triton's (``core/src/infer_request.cc``) so that users and tests that match on
+them carry over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from workbench._types import Tensor
+from workbench.config.dtypes import config_to_wire
+from workbench.core.request import InferRequest
+from workbench.errors import InvalidArgumentError
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    return len(shape) == len(dims) and all(
+        d == -1 or d == s for s, d in zip(shape, dims, strict=True)
+    )
+
+
+class RequestChecker:
+    """Precomputed view of a config's I/O used to check each request quickly."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.model = config.name
+        self.max_batch_size = config.max_batch_size
+        self.inputs = {i.name: i for i in config.input}
+        self.outputs = {o.name: o for o in config.output}
+        self.required = [i.name for i in config.input if not i.optional]
+        self._wire = {i.name: config_to_wire(i.data_type) for i in config.input}
+
+    def check(self, request: InferRequest) -> int:
+        """Raise ``InvalidArgumentError`` on a bad request; return its batch size."""
+        self._check_names(request)
+        batch = 0
+        for tensor in request.inputs.values():
+            batch = self._check_tensor(tensor, batch)
+        for name in request.requested_outputs or ():
+            if name not in self.outputs:
+                raise InvalidArgumentError(
+                    f"unexpected inference output '{name}' for model '{self.model}'"
+                )
+        return max(batch, 1)
+
+    def _check_names(self, request: InferRequest) -> None:
+        for name in request.inputs:
+            if name not in self.inputs:
+                raise InvalidArgumentError(
+                    f"unexpected inference input '{name}' for model '{self.model}'"
+                )
+        missing = [name for name in self.required if name not in request.inputs]
+        if missing:
+            got = ", ".join(f"'{n}'" for n in request.inputs)
+            want = ", ".join(f"'{n}'" for n in missing)
+            raise InvalidArgumentError(
+                f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs "
+                f"for model '{self.model}'. Got input(s) [{got}], but missing required "
+                f"input(s) [{want}]. Please provide all required input(s)."
+            )
+
+    def _check_tensor(self, tensor: Tensor, batch: int) -> int:
+        spec = self.inputs[tensor.name]
+        expected = self._wire[tensor.name]
+        if tensor.datatype != expected:
+            raise InvalidArgumentError(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{self.model}' expects '{expected}'"
+            )
+        shape = tensor.shape
+        dims = list(spec.dims)
+        if self.max_batch_size > 0:
+            if not shape:
+                raise InvalidArgumentError(
+                    f"inference input '{tensor.name}' for model '{self.model}' has no batch "
+                    "dimension but the model supports batching (max_batch_size > 0)"
+                )
+            batch = self._check_batch(tensor.name, shape[0], batch)
+            shape = shape[1:]
+        if not _matches(shape, dims):
+            full = [-1, *dims] if self.max_batch_size > 0 else dims
+            raise InvalidArgumentError(
+                f"unexpected shape for input '{tensor.name}' for model '{self.model}'. "
+                f"Expected {_shape_str(full)}, got {_shape_str(tensor.shape)}"
+            )
+        return batch
+
+    def _check_batch(self, name: str, size: int, batch: int) -> int:
+        if size < 1 or size > self.max_batch_size:
+            raise InvalidArgumentError(
+                f"inference request batch-size must be <= {self.max_batch_size} for '{self.model}'"
+            )
+        if batch and size != batch:
+            raise InvalidArgumentError(
+                f"input '{name}' batch size {size} does not match the other inputs' "
+                f"batch size {batch} for model '{self.model}'"
+            )
+        return size
+
+
+def reshape_inputs(config: ModelConfig, request: InferRequest, batched: bool) -> None:
+    """Apply the config's ``reshape`` to inputs, in place (the model sees the new shape)."""
+    for spec in config.input:
+        tensor = request.inputs.get(spec.name)
+        if tensor is None or not spec.HasField("reshape"):
+            continue
+        lead = tensor.array.shape[:1] if batched else ()
+        tensor.array = np.reshape(tensor.array, (*lead, *spec.reshape.shape))
+
+
+def reshape_outputs(config: ModelConfig, outputs: list[Tensor], batched: bool) -> None:
+    """Give outputs with a ``reshape`` their declared ``dims`` shape back, in place."""
+    specs = {o.name: o for o in config.output if o.HasField("reshape")}
+    for tensor in outputs:
+        spec = specs.get(tensor.name)
+        if spec is not None:
+            lead = tensor.array.shape[:1] if batched else ()
+            tensor.array = np.reshape(tensor.array, (*lead, *spec.dims))

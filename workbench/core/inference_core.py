@@ -1,0 +1,354 @@
+"""The protocol-neutral server: what the HTTP and gRPC front ends call.
+
+All coroutine methods run on the server's event loop. Plain methods are cheap, non-blocking
+reads of in-memory state and may be called from the loop as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from workbench import config as cfg
+from workbench._types import Parameters, StrPath, Tensor
+from workbench.core.ensemble import composing_models
+from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
+from workbench.core.model import model_metadata
+from workbench.core.request import InferRequest, InferResponse
+from workbench.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    WorkbenchError,
+)
+from workbench.repository import ModelRepository, diff_snapshots
+
+ModelConfig = model_config_pb2.ModelConfig
+log = logging.getLogger("workbench.core")
+
+#: The Triton release whose behaviour (and reported version) the embedded server mirrors.
+TRITON_VERSION = "2.51.0"
+CONTROL_MODES = ("none", "explicit", "poll")
+
+
+@dataclass(slots=True)
+class CoreOptions:
+    """Server-wide options, named after tritonserver's flags."""
+
+    #: ``--model-control-mode``
+    control_mode: str = "none"
+    #: ``--load-model`` (``*`` loads every model) in explicit mode
+    load_models: Sequence[str] = ()
+    #: ``--repository-poll-secs``
+    poll_secs: float = 15.0
+    #: ``--strict-model-config`` / ``--disable-auto-complete-config``
+    strict_config: bool = False
+    #: ``--strict-readiness``: ready only when every model loaded at start-up is READY
+    strict_readiness: bool = True
+    #: ``--model-config-name``
+    config_name: str | None = None
+    #: number of visible NVIDIA GPUs; ``None`` detects them
+    gpu_count: int | None = None
+
+
+def detect_gpu_count() -> int:
+    """Visible NVIDIA GPUs, without importing any GPU library."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+class InferenceCore:
+    """Models, their lifecycle and inference, independent of any wire protocol.
+
+    Contract used by ``workbench/server`` (implemented in this module):
+
+    - ``live`` / ``ready`` (properties): server liveness; readiness = started, not stopping,
+      and every model that was asked to load at start-up is READY (Triton's ``--strict-readiness``
+      default).
+    - ``server_name`` = "triton", ``server_version`` (the Triton version we mirror).
+    - ``model_ready(name, version="") -> bool`` (never raises for unknown models: False).
+    - ``model_metadata(name, version="") -> dict``: Triton's JSON
+      ``{"name","versions":[...str],"platform","inputs":[{"name","datatype","shape"}],"outputs":[...]}``;
+      raises ``NotFoundError``/``UnavailableError``.
+    - ``model_config(name, version="") -> ModelConfig`` (the completed config the model runs with).
+    - ``async infer(request) -> InferResponse``: validates inputs against the config
+      (``InvalidArgumentError`` with Triton's messages), schedules, returns outputs restricted to
+      ``request.requested_outputs``; response ``model_version`` is the version that ran.
+    - ``statistics(name="", version="") -> dict``: ``{"model_stats": [...]}`` in Triton's format.
+    - ``repository_index(ready_only=False) -> list[dict]``: ``{"name","version","state","reason"}``
+      (version/state/reason omitted when unknown, as Triton does).
+    - ``async load(name, config_json=None, files=None)``: load or reload; ``files`` maps
+      ``"file:<relative path>"`` → bytes (Triton's load override); raises on failure, the previous
+      version keeps serving.
+    - ``async unload(name, unload_dependents=False)``.
+    - ``async start()`` / ``async stop(timeout_s)``: load per control mode; drain then unload.
+    """
+
+    server_name = "triton"
+    server_version = TRITON_VERSION
+
+    def __init__(
+        self,
+        repository: ModelRepository | StrPath | Sequence[StrPath],
+        options: CoreOptions | None = None,
+    ) -> None:
+        self.options = options or CoreOptions()
+        if self.options.control_mode not in CONTROL_MODES:
+            raise InvalidArgumentError(
+                f"unknown model control mode '{self.options.control_mode}'; "
+                f"expected one of {', '.join(CONTROL_MODES)}"
+            )
+        if not isinstance(repository, ModelRepository):
+            repository = ModelRepository(repository)
+        self.repository = repository
+        gpus = self.options.gpu_count
+        load_options = LoadOptions(
+            strict_config=self.options.strict_config,
+            config_name=self.options.config_name,
+            gpu_count=detect_gpu_count() if gpus is None else gpus,
+        )
+        self.models = ModelManager(repository, load_options, client=lambda: self.client)
+        self.client: CoreClient | None = None
+        self._started = False
+        self._stopping = False
+        self._startup_models: list[str] = []
+        self._poll_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load models as the control mode says and start polling when asked to."""
+        self.client = CoreClient(self, asyncio.get_running_loop())
+        names = self._startup_names()
+        self._startup_models = names
+        await self._load_many(names)
+        if self.options.control_mode == "poll":
+            self._poll_task = asyncio.create_task(self._poll_forever())
+        self._started = True
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop accepting work, let in-flight requests finish (bounded), unload everything."""
+        self._stopping = True
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
+        try:
+            await asyncio.wait_for(self.models.unload_all(), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("in-flight requests did not finish within %.0f s; exiting", timeout_s)
+
+    def _startup_names(self) -> list[str]:
+        if self.options.control_mode != "explicit":
+            return self.repository.model_names()
+        if "*" in self.options.load_models:
+            return self.repository.model_names()
+        return list(dict.fromkeys(self.options.load_models))
+
+    async def _load_many(self, names: Sequence[str]) -> None:
+        """Load plain models concurrently, then ensembles (which need their steps loaded)."""
+        ensembles = [n for n in names if self._peek_is_ensemble(n)]
+        plain = [n for n in names if n not in ensembles]
+        await asyncio.gather(*(self._load_logged(n) for n in plain))
+        for name in ensembles:
+            await self._load_logged(name)
+
+    async def _load_logged(self, name: str) -> None:
+        try:
+            await self._load_with_dependencies(name)
+            log.info("successfully loaded '%s'", name)
+        except WorkbenchError as exc:
+            log.error("failed to load '%s': %s", name, exc)
+
+    def _peek_is_ensemble(self, name: str) -> bool:
+        try:
+            config = self.repository.read_config(name, config_name=self.options.config_name)
+        except WorkbenchError:
+            return False
+        return config is not None and cfg.is_ensemble(config)
+
+    async def _load_with_dependencies(
+        self, name: str, config: ModelConfig | None = None, path: Any = None
+    ) -> None:
+        peek = config
+        if peek is None:
+            with contextlib.suppress(WorkbenchError):
+                peek = self.repository.read_config(name, config_name=self.options.config_name)
+        if peek is not None and cfg.is_ensemble(peek):
+            for step_model in composing_models(peek):
+                if not self.models.is_ready(step_model) and step_model != name:
+                    await self._load_with_dependencies(step_model)
+        await self.models.load(name, config, path)
+
+    async def _poll_forever(self) -> None:
+        previous = await asyncio.to_thread(self.repository.snapshot)
+        while True:
+            await asyncio.sleep(self.options.poll_secs)
+            current = await asyncio.to_thread(self.repository.snapshot)
+            changes = diff_snapshots(previous, current)
+            previous = current
+            for name in changes.removed:
+                await self.models.unload(name)
+            await self._load_many([*changes.added, *changes.modified])
+
+    # -- health and metadata -------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        return not self._stopping
+
+    @property
+    def ready(self) -> bool:
+        if not self._started or self._stopping:
+            return False
+        if not self.options.strict_readiness:
+            return True
+        return all(self.models.is_ready(name) for name in self._startup_models)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.models.is_ready(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.models.get(name, version)
+        record = self.models.record(name)
+        versions = sorted(record.versions) if record else [model.version]
+        return model_metadata(model.config, versions)
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self.models.get(name, version).config
+
+    def output_labels(self, name: str, version: str, output: str) -> list[str] | None:
+        """Labels from the output's ``label_filename`` (classification extension)."""
+        model = self.models.get(name, version)
+        spec = next((o for o in model.config.output if o.name == output), None)
+        if spec is None or not spec.label_filename:
+            return None
+        path = self.repository.model_path(name) / spec.label_filename
+        try:
+            return path.read_text().splitlines()
+        except OSError as exc:
+            raise UnavailableError(f"cannot read labels for output '{output}': {exc}") from exc
+
+    # -- inference -----------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self._stopping:
+            raise UnavailableError("Server is shutting down; request rejected")
+        model = self.models.get(request.model_name, request.model_version)
+        return await model.infer(request)
+
+    # -- statistics ----------------------------------------------------------------------------
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        if not name:
+            stats = [
+                model.stats.to_json()
+                for record in self.models.records()
+                for _, model in sorted(record.versions.items())
+            ]
+            return {"model_stats": stats}
+        model = self.models.get(name, version)
+        if version:
+            return {"model_stats": [model.stats.to_json()]}
+        record = self.models.record(name)
+        versions = record.versions if record else {model.version: model}
+        return {"model_stats": [m.stats.to_json() for _, m in sorted(versions.items())]}
+
+    # -- repository extension ------------------------------------------------------------------
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        names = sorted({*self.repository.model_names(), *(r.name for r in self.models.records())})
+        entries: list[dict[str, Any]] = []
+        for name in names:
+            entries.extend(self._index_entries(name))
+        if ready_only:
+            entries = [e for e in entries if e.get("state") == ModelState.READY.value]
+        return entries
+
+    def _index_entries(self, name: str) -> list[dict[str, Any]]:
+        record = self.models.record(name)
+        if record is None or record.state is None:
+            return [{"name": name}]
+        if record.versions:
+            return [
+                {"name": name, "version": str(v), "state": "READY", "reason": ""}
+                for v in sorted(record.versions)
+            ]
+        return [{"name": name, "state": record.state.value, "reason": record.reason}]
+
+    def _require_model_control(self) -> None:
+        if self.options.control_mode != "explicit":
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
+
+    async def load(
+        self,
+        name: str,
+        config_json: str | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Triton's repository load: optional config override and ``file:`` contents."""
+        self._require_model_control()
+        override = cfg.from_json(config_json) if config_json else None
+        if files and override is None:
+            raise InvalidArgumentError(
+                f"failed to load '{name}': a 'config' parameter is required when 'file:' "
+                "parameters override the model's files"
+            )
+        path = None
+        if files:
+            path = await asyncio.to_thread(
+                self.repository.write_override, name, config=override, files=files
+            )
+        elif override is None and name not in self.repository.model_names():
+            raise NotFoundError(f"failed to load '{name}', failed to poll from model repository")
+        await self._load_with_dependencies(name, override, path)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        self._require_model_control()
+        record = self.models.record(name)
+        config = record.config if record else None
+        await self.models.unload(name)
+        if unload_dependents and config is not None and cfg.is_ensemble(config):
+            for step_model in composing_models(config):
+                await self.models.unload(step_model)
+
+
+class CoreClient:
+    """Lets model code (Python backend BLS) call back into this server from a worker thread."""
+
+    def __init__(self, core: InferenceCore, loop: asyncio.AbstractEventLoop) -> None:
+        self._core = core
+        self._loop = loop
+
+    def infer_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Tensor]:
+        request = InferRequest(
+            model_name=model_name,
+            model_version="" if model_version < 0 else str(model_version),
+            inputs={t.name: t for t in inputs},
+            requested_outputs=list(requested_outputs) if requested_outputs else None,
+            parameters=dict(parameters or {}),
+        )
+        future = asyncio.run_coroutine_threadsafe(self._core.infer(request), self._loop)
+        return future.result(timeout_s).outputs
+
+    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
+        version = "" if model_version < 0 else str(model_version)
+        return self._core.model_ready(model_name, version)
+
+
+__all__ = ["TRITON_VERSION", "CoreClient", "CoreOptions", "InferenceCore"]

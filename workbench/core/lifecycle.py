@@ -1,0 +1,240 @@
+"""Model lifecycle: load, atomic reload, unload, and the state of every model in the repository.
+
+A reload builds the new versions completely before swapping them in; requests that already
+hold the old version finish on it (the old one is drained, then closed). A failed load leaves
+whatever was serving untouched and records the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2
+
+from workbench import config as cfg
+from workbench.backends import backend_for, get_backend
+from workbench.backends.base import InferenceClient, InstanceContext
+from workbench.core.ensemble import EnsembleModel, composing_models
+from workbench.core.instances import InstancePool
+from workbench.core.model import BackendModel, ServingModel
+from workbench.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    WorkbenchError,
+)
+from workbench.repository import ModelRepository
+
+ModelConfig = model_config_pb2.ModelConfig
+
+
+class ModelState(str, enum.Enum):
+    READY = "READY"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class ModelRecord:
+    """Everything known about one model name."""
+
+    name: str
+    state: ModelState | None = None
+    reason: str = ""
+    config: ModelConfig | None = None
+    versions: dict[int, ServingModel] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(slots=True)
+class LoadOptions:
+    strict_config: bool = False
+    config_name: str | None = None
+    gpu_count: int = 0
+
+
+class ModelManager:
+    """Owns every model's versions and state; all methods run on the server loop."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        options: LoadOptions,
+        client: Callable[[], InferenceClient | None] = lambda: None,
+    ) -> None:
+        self.repository = repository
+        self.options = options
+        self._client = client
+        self._records: dict[str, ModelRecord] = {}
+
+    # -- lookups -------------------------------------------------------------------------------
+    def record(self, name: str) -> ModelRecord | None:
+        return self._records.get(name)
+
+    def records(self) -> list[ModelRecord]:
+        return [self._records[n] for n in sorted(self._records)]
+
+    def get(self, name: str, version: str = "") -> ServingModel:
+        """The serving version for a request; raises Triton's errors for unknown/unready."""
+        record = self._records.get(name)
+        if record is None or not record.versions:
+            if record is not None and record.state is ModelState.UNAVAILABLE and record.reason:
+                raise UnavailableError(
+                    f"Request for unknown model: '{name}' has no available "
+                    f"versions (load failed: {record.reason})"
+                )
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            return record.versions[max(record.versions)]
+        try:
+            return record.versions[int(version)]
+        except (KeyError, ValueError):
+            raise NotFoundError(
+                f"Request for unknown model: '{name}' version {version} is not found"
+            ) from None
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except WorkbenchError:
+            return False
+        return True
+
+    # -- load / unload -------------------------------------------------------------------------
+    async def load(
+        self, name: str, config: ModelConfig | None = None, path: Path | None = None
+    ) -> None:
+        """Load (or reload) every version of ``name`` chosen by its version policy."""
+        record = self._records.setdefault(name, ModelRecord(name))
+        async with record.lock:
+            if not record.versions:
+                record.state = ModelState.LOADING
+            try:
+                new_config, versions = await self._build(name, config, path)
+            except WorkbenchError as exc:
+                record.reason = str(exc)
+                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+                raise
+            except Exception as exc:  # user code at load time (e.g. model.py import error)
+                record.reason = f"{type(exc).__name__}: {exc}"
+                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+                raise UnavailableError(f"failed to load '{name}': {record.reason}") from exc
+            old = list(record.versions.values())
+            record.config, record.versions = new_config, versions
+            record.state, record.reason = ModelState.READY, ""
+        await self._retire(old)
+
+    async def unload(self, name: str) -> None:
+        record = self._records.get(name)
+        if record is None:
+            return  # Triton treats unloading an unknown model as success
+        async with record.lock:
+            old = list(record.versions.values())
+            record.versions = {}
+            record.state = ModelState.UNLOADING if old else ModelState.UNAVAILABLE
+            await self._retire(old)
+            record.state, record.reason = ModelState.UNAVAILABLE, "unloaded"
+
+    async def unload_all(self) -> None:
+        await asyncio.gather(*(self.unload(name) for name in list(self._records)))
+
+    async def _retire(self, models: list[ServingModel]) -> None:
+        """Wait for in-flight requests on replaced versions, then release them."""
+        for model in models:
+            await model.drain()
+            await model.close()
+
+    # -- building versions ---------------------------------------------------------------------
+    async def _build(
+        self, name: str, override: ModelConfig | None, path: Path | None
+    ) -> tuple[ModelConfig, dict[int, ServingModel]]:
+        model_path = path or self.repository.model_path(name)
+        config = await asyncio.to_thread(self._prepare_config, name, override, model_path)
+        available = self.repository.available_versions_at(model_path)
+        versions = self.repository.select_versions(config, available)
+        if not versions:
+            raise UnavailableError(
+                f"failed to load '{name}': at least one version must be available under the "
+                f"version policy of model '{name}'"
+            )
+        built: dict[int, ServingModel] = {}
+        try:
+            for version in versions:
+                built[version] = await self._build_version(config, model_path, version)
+        except BaseException:
+            await self._retire(list(built.values()))
+            raise
+        return config, built
+
+    def _prepare_config(self, name: str, override: ModelConfig | None, path: Path) -> ModelConfig:
+        """Read, auto-complete, normalise and validate (runs in a thread: may import model.py)."""
+        config = override
+        if config is None:
+            config = self.repository.read_config_at(path, config_name=self.options.config_name)
+        if config is None:
+            if self.options.strict_config:
+                raise InvalidArgumentError(
+                    f"failed to load '{name}': no config.pbtxt in '{path}' and auto-complete "
+                    "is disabled (--disable-auto-complete-config)"
+                )
+            config = ModelConfig()
+        if not config.name:
+            config.name = name
+        if not cfg.is_ensemble(config):
+            if not config.backend and not config.platform:
+                raise InvalidArgumentError(
+                    f"failed to load '{name}': config.pbtxt names no backend or platform"
+                )
+            if not self.options.strict_config:
+                latest = self.repository.available_versions_at(path)
+                version_path = path / str(max(latest)) if latest else path
+                get_backend(backend_for(config)).auto_complete(config, path, version_path)
+        cfg.fill_defaults(config, gpu_count=self.options.gpu_count)
+        cfg.check(config, model_name=name, model_path=path)
+        return config
+
+    async def _build_version(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
+        if cfg.is_ensemble(config):
+            self._require_composing(config)
+            return EnsembleModel(config, version, self.get)
+        backend = get_backend(backend_for(config))
+        pool = InstancePool(self._contexts(config, path, version))
+        await pool.create(backend)
+        return BackendModel(config, version, pool)
+
+    def _require_composing(self, config: ModelConfig) -> None:
+        missing = [m for m in composing_models(config) if not self.is_ready(m)]
+        if missing:
+            names = ", ".join(f"'{m}'" for m in missing)
+            raise UnavailableError(
+                f"ensemble '{config.name}' depends on {names} which has no loaded version"
+            )
+
+    def _contexts(self, config: ModelConfig, path: Path, version: int) -> list[InstanceContext]:
+        """One context per instance: ``count`` per group, and per listed GPU for KIND_GPU."""
+        contexts = []
+        for group_index, group in enumerate(config.instance_group):
+            group_name = group.name or f"{config.name}_{group_index}"
+            kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
+            devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
+            slots = [(device, i) for device in devices for i in range(max(group.count, 1))]
+            for number, (device, _) in enumerate(slots):
+                contexts.append(
+                    InstanceContext(
+                        model_name=config.name,
+                        model_version=version,
+                        config=config,
+                        model_path=path,
+                        version_path=path / str(version),
+                        instance_name=f"{group_name}_{number}",
+                        kind=kind,
+                        device_id=device,
+                        client=self._client(),
+                    )
+                )
+        return contexts

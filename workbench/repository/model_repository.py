@@ -1,0 +1,201 @@
+"""The on-disk model repository: one or more roots, each holding one folder per model.
+
+Mirrors Triton's ``ModelRepositoryManager`` (``core/src/model_repository_manager``): model
+folders found across every ``--model-repository`` root, ``config.pbtxt`` or the custom
+``configs/<name>.pbtxt`` of ``--model-config-name``, numeric version folders, and the
+temporary folders of a load with ``file:`` overrides. Every call reads the disk afresh, so the
+poll loop and explicit loads always see the current state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from workbench._types import StrPath
+from workbench.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from workbench.repository import _override, poll, versions
+
+CONFIG_FILENAME = "config.pbtxt"
+CUSTOM_CONFIG_FOLDER = "configs"
+
+
+class ModelRepository:
+    """Models stored under one or more repository roots (Triton's ``--model-repository``)."""
+
+    def __init__(self, paths: StrPath | Sequence[StrPath]) -> None:
+        raw = [paths] if isinstance(paths, str) or not isinstance(paths, Sequence) else paths
+        if not raw:
+            raise InvalidArgumentError("at least one model repository path is required")
+        roots: list[Path] = []
+        for path in raw:
+            root = Path(path).expanduser().resolve()
+            if not root.is_dir():
+                raise NotFoundError(
+                    f"model repository path '{path}' does not exist or is not a directory"
+                )
+            if root not in roots:  # Triton keeps its repository paths in a set
+                roots.append(root)
+        self._roots = tuple(roots)
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """The repository roots, absolute, in the order given (duplicates dropped)."""
+        return self._roots
+
+    def __repr__(self) -> str:
+        return f"ModelRepository({[str(root) for root in self._roots]!r})"
+
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a model that can load (found in exactly one root)."""
+        if not isinstance(name, str):
+            return False
+        try:
+            validate_model_name(name)
+        except InvalidArgumentError:
+            return False
+        return len(self._locations(name)) == 1
+
+    def model_names(self) -> list[str]:
+        """Every model folder name across all roots, sorted (duplicates included once).
+
+        Hidden folders and plain files are not models. A name found in several roots is
+        listed but cannot load; see ``duplicates()``.
+        """
+        return sorted({entry.name for root in self._roots for entry in _model_folders(root)})
+
+    def duplicates(self) -> dict[str, list[Path]]:
+        """Models found in more than one root, with their folders (Triton won't load them)."""
+        found: dict[str, list[Path]] = {}
+        for root in self._roots:
+            for entry in _model_folders(root):
+                found.setdefault(entry.name, []).append(entry)
+        return {name: paths for name, paths in sorted(found.items()) if len(paths) > 1}
+
+    def model_path(self, name: str) -> Path:
+        """The folder of model ``name``.
+
+        Raises ``NotFoundError`` (Triton's load error text) when no root has it and
+        ``AlreadyExistsError`` when several roots do.
+        """
+        validate_model_name(name)
+        locations = self._locations(name)
+        if not locations:
+            raise NotFoundError(f"failed to load '{name}', failed to poll from model repository")
+        if len(locations) > 1:
+            listed = ", ".join(f"'{path.parent}'" for path in locations)
+            raise AlreadyExistsError(
+                f"failed to poll model '{name}': not unique across all model repositories "
+                f"(found in {listed})"
+            )
+        return locations[0]
+
+    def config_path(self, name: str, *, config_name: str | None = None) -> Path:
+        """The config file Triton would read: ``configs/<config_name>.pbtxt`` if that file
+        exists (``--model-config-name``), else ``config.pbtxt``; it may not exist."""
+        model_dir = self.model_path(name)
+        if config_name:
+            custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
+            if custom.is_file():
+                return custom
+        return model_dir / CONFIG_FILENAME
+
+    def read_config(self, name: str, *, config_name: str | None = None) -> ModelConfig | None:
+        """The parsed config of ``name`` (see ``config_path``), or ``None`` without a file.
+
+        No file is not an error here: Triton may still auto-complete the config, which the
+        caller decides. A file that does not parse raises ``ConfigError``.
+        """
+        path = self.config_path(name, config_name=config_name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return _parse(text, str(path))
+
+    def available_versions(self, name: str) -> list[int]:
+        """The numeric version folders of ``name``, ascending (Triton's naming rules)."""
+        return versions.version_folders(self.model_path(name))
+
+    def fingerprint(self, name: str) -> str:
+        """A cheap digest of the model folder (paths, sizes, mtimes) for poll mode."""
+        return poll.fingerprint(self.model_path(name))
+
+    def snapshot(self) -> dict[str, str]:
+        """``{name: fingerprint}`` for every loadable model; compare with ``diff_snapshots``.
+
+        Models found in several roots are left out, so poll mode unloads them as Triton does.
+        """
+        shadowed = self.duplicates()
+        snapshot: dict[str, str] = {}
+        for root in self._roots:
+            for entry in _model_folders(root):
+                if entry.name not in shadowed:
+                    snapshot[entry.name] = poll.fingerprint(entry)
+        return dict(sorted(snapshot.items()))
+
+    def write_override(
+        self,
+        name: str,
+        *,
+        config_json_or_pb: str | bytes | ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> Path:
+        """Materialize a load with ``file:`` parameters into a temporary model folder.
+
+        As Triton does, the files (keys are relative paths, with or without the ``file:``
+        prefix) go to ``<temp>/<name>/``, never into the repository, and a ``config``
+        (Triton's JSON form, or a ``ModelConfig``) is required and written as
+        ``config.pbtxt``. Paths escaping the folder raise ``InvalidArgumentError``. Returns
+        the folder to load from; ``remove_override`` deletes it when the model unloads.
+        """
+        validate_model_name(name)
+        return _override.write_override_dir(name, config_json_or_pb, files or {})
+
+    @staticmethod
+    def remove_override(model_dir: Path) -> None:
+        """Delete a folder made by ``write_override``; any other path is left alone."""
+        _override.remove_override_dir(model_dir)
+
+    def _locations(self, name: str) -> list[Path]:
+        if name.startswith("."):
+            return []  # hidden folders are never models (see model_names)
+        candidates = (root / name for root in self._roots)
+        return [path for path in candidates if path.is_dir()]
+
+
+def validate_model_name(name: str) -> None:
+    """Reject names that are empty or could leave the repository (Triton's messages)."""
+    if not name.strip():
+        raise InvalidArgumentError(
+            "Model name cannot be empty. Please enter a valid name to deploy."
+        )
+    if name.strip() in {".", ".."} or "/" in name or "\\" in name:
+        raise InvalidArgumentError(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
+def _model_folders(root: Path) -> list[Path]:
+    """Non-hidden sub-folders of a root; a root that vanished has none."""
+    try:
+        return [p for p in root.iterdir() if not p.name.startswith(".") and p.is_dir()]
+    except FileNotFoundError:
+        return []
+
+
+def _parse(text: str, source: str) -> ModelConfig:
+    """Parse pbtxt into a ModelConfig, errors carrying ``source:line:col``."""
+    try:
+        return text_format.Parse(text, ModelConfig())
+    except text_format.ParseError as exc:
+        where = f"{source}:{exc.GetLine()}:{exc.GetColumn()}" if exc.GetLine() else source
+        raise ConfigError(f"{where}: {exc}") from exc

@@ -1,0 +1,233 @@
+"""Hosting the server: a background thread for notebooks, the foreground for the CLI.
+
+The server owns one asyncio loop (uvloop when installed) in its own thread, so a Jupyter
+kernel's loop is never blocked or replaced. Sockets are bound in the caller's thread, so
+"port in use" and a bad repository surface as exceptions from ``start()``, not a dead thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import uvicorn
+
+from workbench._types import StrPath
+from workbench.core import CoreOptions, InferenceCore
+from workbench.errors import UnavailableError, WorkbenchError
+from workbench.server.http import create_app
+
+log = logging.getLogger("workbench.server")
+#: Triton's ``--http-max-input-size`` default.
+DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class ServerOptions:
+    """Front-end options, named after tritonserver's flags."""
+
+    http_port: int = 8000
+    host: str = "127.0.0.1"
+    exit_timeout_secs: float = 30.0
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
+    log_verbose: int = 0
+    core: CoreOptions = field(default_factory=CoreOptions)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when available (it is faster for the many small requests of serving)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening socket now so that errors reach the caller; port 0 = ephemeral."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UnavailableError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class Server:
+    """A Triton-compatible inference server for one model repository.
+
+    ``Server("model_repository").start()`` serves in a background thread; ``.url`` is then
+    ``http://127.0.0.1:8000`` (or the ephemeral port when ``http_port=0``). Use it as a context
+    manager, or call ``.stop()``; ``serve_forever()`` runs in the foreground (the CLI).
+    """
+
+    def __init__(
+        self,
+        model_repository: StrPath | Sequence[StrPath],
+        *,
+        http_port: int = 8000,
+        host: str = "127.0.0.1",
+        model_control_mode: str = "none",
+        load_model: Sequence[str] = (),
+        repository_poll_secs: float = 15.0,
+        strict_model_config: bool = False,
+        strict_readiness: bool = True,
+        model_config_name: str | None = None,
+        exit_timeout_secs: float = 30.0,
+        max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
+        log_verbose: int = 0,
+    ) -> None:
+        self.model_repository = model_repository
+        self.options = ServerOptions(
+            http_port=http_port,
+            host=host,
+            exit_timeout_secs=exit_timeout_secs,
+            max_input_bytes=max_input_bytes,
+            log_verbose=log_verbose,
+            core=CoreOptions(
+                control_mode=model_control_mode,
+                load_models=tuple(load_model),
+                poll_secs=repository_poll_secs,
+                strict_config=strict_model_config,
+                strict_readiness=strict_readiness,
+                config_name=model_config_name,
+            ),
+        )
+        self.core: InferenceCore | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def http_port(self) -> int:
+        if self._socket is None:
+            return self.options.http_port
+        return int(self._socket.getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        host = self.options.host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        shown = f"[{shown}]" if ":" in shown else shown
+        return f"http://{shown}:{self.http_port}"
+
+    @property
+    def http_address(self) -> str:
+        """``host:port`` as tritonclient and perf_analyzer take it."""
+        return self.url.removeprefix("http://")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._error is None
+
+    # -- background hosting --------------------------------------------------------------------
+    def start(self, timeout_s: float = 300.0) -> Server:
+        """Start in a background thread; return once models are loaded and HTTP accepts."""
+        if self._thread is not None:
+            raise UnavailableError("server already started")
+        self._socket = bind_socket(self.options.host, self.options.http_port)
+        self._thread = threading.Thread(
+            target=self._thread_main, name="workbench-server", daemon=True
+        )
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            self.stop()
+            raise UnavailableError(f"server did not start within {timeout_s:.0f} s")
+        if self._error is not None:
+            error = self._error
+            self._thread.join(timeout=10)
+            self._thread = None
+            raise error
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Drain in-flight requests (up to ``exit_timeout_secs``), unload models, join."""
+        thread = self._thread
+        if thread is None:
+            return
+        if self.loop is not None and self._uvicorn is not None:
+            self.loop.call_soon_threadsafe(setattr, self._uvicorn, "should_exit", True)
+        thread.join(timeout_s if timeout_s is not None else self.options.exit_timeout_secs + 30)
+        self._thread = None
+
+    def __enter__(self) -> Server:
+        return self.start() if self._thread is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _thread_main(self) -> None:
+        loop = new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller of start()
+            self._error = exc
+        finally:
+            self._started.set()
+            loop.close()
+
+    # -- foreground hosting --------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        """Serve in the calling (main) thread; SIGINT/SIGTERM drain requests, then exit."""
+        self._socket = bind_socket(self.options.host, self.options.http_port)
+        loop = new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        core = InferenceCore(self.model_repository, self.options.core)
+        self.core = core
+        try:
+            await core.start()
+            app = create_app(core, max_input_bytes=self.options.max_input_bytes)
+            config = uvicorn.Config(
+                app,
+                lifespan="off",
+                access_log=False,
+                log_level="warning" if self.options.log_verbose == 0 else "info",
+                timeout_graceful_shutdown=int(self.options.exit_timeout_secs),
+                http="httptools",
+            )
+            self._uvicorn = uvicorn.Server(config)
+            assert self._socket is not None
+            serving = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
+            await self._wait_started(serving)
+            await serving
+        finally:
+            await core.stop(self.options.exit_timeout_secs)
+            with contextlib.suppress(OSError):
+                if self._socket is not None:
+                    self._socket.close()
+
+    async def _wait_started(self, serving: asyncio.Task[None]) -> None:
+        assert self._uvicorn is not None
+        while not self._uvicorn.started and not serving.done():
+            await asyncio.sleep(0.005)
+        if serving.done() and serving.exception() is not None:
+            raise WorkbenchError(f"HTTP server failed to start: {serving.exception()}")
+        log.info("serving HTTP on %s", self.url)
+        self._started.set()

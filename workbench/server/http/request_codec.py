@@ -1,0 +1,327 @@
+"""Decode a KServe v2 HTTP infer request into an ``InferRequest``.
+
+Three body layouts, as Triton 2.51 accepts them (``HTTPAPIServer::EVBufferToInput`` and
+``ParseJsonTritonIO`` in ``src/http_server.cc``):
+
+- JSON only: every input carries ``data`` (flat or nested lists; BYTES as strings).
+- Binary tensor extension: ``Inference-Header-Content-Length`` bytes of JSON, then the raw
+  bytes of each input that has ``parameters.binary_data_size``, in input order.
+- Raw binary (header length 0): the whole body is the one input of a one-input model.
+
+Tensor bytes become numpy arrays with ``numpy.frombuffer`` over the request body: no copies.
+Error texts and categories are Triton's, so clients see the same messages.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from workbench._types import Parameters, Tensor
+from workbench.config.dtypes import WIRE_TO_NUMPY
+from workbench.core.request import InferRequest
+from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
+from workbench.server.http import _json
+from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
+from workbench.server.http.tensor_bytes import deserialize_bytes, tensor_from_buffer
+
+Body = bytes | bytearray | memoryview
+_RESERVED_PREFIX = "triton_"
+_TYPED_PARAMETERS = {
+    "sequence_start": (bool, NON_BOOL),
+    "sequence_end": (bool, NON_BOOL),
+    "priority": (int, NON_UINT),
+    "timeout": (int, NON_UINT),
+    "binary_data_output": (bool, NON_BOOL),
+}
+
+
+def parse_header_length(value: bytes | None, content_length: int) -> int | None:
+    """The ``Inference-Header-Content-Length`` header; ``None`` when absent (all JSON)."""
+    if value is None:
+        return None
+    text = value.decode("latin-1").strip()
+    try:
+        length = int(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"Unable to parse Inference-Header-Content-Length, got: {text}"
+        ) from None
+    if length < 0 or length > content_length:
+        raise InvalidArgumentError(
+            f"inference header size should be in range (0, {content_length}), got: {text}"
+        )
+    return length
+
+
+def decode_infer_request(
+    body: Body, header_length: int | None, model_name: str, model_version: str = ""
+) -> tuple[InferRequest, bool]:
+    """Decode a JSON (or JSON + binary) infer request.
+
+    Returns the request and whether outputs not listed in ``outputs`` are returned as binary
+    (the ``binary_data_output`` request parameter).
+    """
+    view = memoryview(body)
+    end = len(view) if header_length is None else header_length
+    document = _json.loads(view[:end])
+    if not isinstance(document, dict):
+        raise access_error("inputs", "", member="inputs")
+    request = InferRequest(model_name=model_name, model_version=model_version)
+    request.id = _request_id(document)
+    request.parameters, binary_default = _request_parameters(document)
+    offset = _decode_inputs(document, view, end, request)
+    if offset != len(view):
+        raise InvalidArgumentError(f"unexpected additional input data for model '{model_name}'")
+    _decode_outputs(document, request)
+    return request, binary_default
+
+
+def _request_id(document: dict[str, Any]) -> str:
+    value = document.get("id", "")
+    if not isinstance(value, str):
+        raise access_error("id", NON_STRING)
+    return value
+
+
+def _request_parameters(document: dict[str, Any]) -> tuple[Parameters, bool]:
+    params = document.get("parameters")
+    if params is None:
+        return {}, False
+    if not isinstance(params, dict):
+        raise InternalError("failed to get request params.: attempt to get members for non-object")
+    for key, value in params.items():
+        _check_parameter(key, value)
+    binary_default = bool(params.pop("binary_data_output", False))
+    return params, binary_default
+
+
+def _check_parameter(key: str, value: Any) -> None:
+    if key == "sequence_id":
+        if not (isinstance(value, str) or _is_uint(value)):
+            raise access_error("sequence_id", NON_STRING)
+    elif key in _TYPED_PARAMETERS:
+        kind, expected = _TYPED_PARAMETERS[key]
+        ok = isinstance(value, bool) if kind is bool else _is_uint(value)
+        if not ok:
+            raise access_error(key, expected)
+    elif key.startswith(_RESERVED_PREFIX):
+        raise InvalidArgumentError(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+            "not be specified."
+        )
+    elif not isinstance(value, str | int | float):  # bool is an int
+        raise InvalidArgumentError(
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+        )
+
+
+def _is_uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _decode_inputs(document: dict[str, Any], view: memoryview, offset: int, req: InferRequest) -> int:
+    """Add each input to ``req``; returns the body offset after the last binary input."""
+    if "inputs" not in document:
+        raise access_error("inputs", "", member="inputs")
+    inputs = document["inputs"]
+    if not isinstance(inputs, list):
+        raise access_error("inputs", NON_ARRAY)
+    for spec in inputs:
+        if not isinstance(spec, dict):
+            raise access_error("inputs", "non-object as object")
+        tensor, offset = _decode_input(spec, view, offset, req)
+        req.inputs[tensor.name] = tensor
+    return offset
+
+
+def _decode_input(
+    spec: dict[str, Any], view: memoryview, offset: int, req: InferRequest
+) -> tuple[Tensor, int]:
+    params = spec.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise access_error("parameters", "non-object as object")
+    _check_content_fields(spec, params)
+    name = _string_member(spec, "name")
+    datatype = _string_member(spec, "datatype")
+    shape = _shape(spec)
+    if "shared_memory_region" in params:
+        raise _no_shared_memory(params["shared_memory_region"])
+    if datatype not in WIRE_TO_NUMPY:
+        raise InvalidArgumentError(f"invalid datatype for input {name}")
+    if "binary_data_size" in params:
+        size = params["binary_data_size"]
+        if not _is_uint(size):
+            raise access_error("binary_data_size", NON_UINT)
+        available = len(view) - offset
+        if size > available:
+            raise InvalidArgumentError(
+                f"unexpected size for input '{name}', expecting {size - available} additional "
+                f"bytes for model '{req.model_name}'"
+            )
+        chunk = view[offset : offset + size]
+        array = _binary_array(chunk, datatype, shape, name, req)
+        return Tensor(name, datatype, array, params), offset + size
+    array = _json_array(spec.get("data"), datatype, shape, name)
+    return Tensor(name, datatype, array, params), offset
+
+
+def _check_content_fields(spec: dict[str, Any], params: dict[str, Any]) -> None:
+    """Exactly one of ``data``, ``binary_data_size``, ``shared_memory_region`` (Triton's text)."""
+    present = [
+        label
+        for label, found in (
+            ("'data'", "data" in spec),
+            ("'binary_data_size'", "binary_data_size" in params),
+            ("'shared_memory_region'", "shared_memory_region" in params),
+        )
+        if found
+    ]
+    if len(present) == 1:
+        return
+    detail = " no field is set" if not present else " set " + " ".join(present)
+    raise InvalidArgumentError(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But" + detail
+    )
+
+
+def _string_member(obj: dict[str, Any], key: str) -> str:
+    if key not in obj:
+        raise access_error(key, "", member=key)
+    value = obj[key]
+    if not isinstance(value, str):
+        raise access_error(key, NON_STRING)
+    return value
+
+
+def _shape(spec: dict[str, Any]) -> tuple[int, ...]:
+    if "shape" not in spec:
+        raise access_error("shape", "", member="shape")
+    shape = spec["shape"]
+    if not isinstance(shape, list):
+        raise access_error("shape", NON_ARRAY)
+    if not all(_is_uint(d) for d in shape):
+        raise access_error("shape", NON_UINT)
+    return tuple(shape)
+
+
+def _no_shared_memory(region: Any) -> NotFoundError:
+    return NotFoundError(f"Unable to find shared memory region: '{region}'")
+
+
+def _binary_array(
+    chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str, req: InferRequest
+) -> np.ndarray:
+    prefix = f"[request id: {req.id}] " if req.id else ""
+    if datatype == "BYTES":
+        return deserialize_bytes(chunk, shape, f"{prefix}", name, req.model_name)
+    return tensor_from_buffer(chunk, datatype, shape, f"{prefix}", name, req.model_name)
+
+
+def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    count = math.prod(shape)
+    if count == 0:
+        return np.empty(shape, dtype=WIRE_TO_NUMPY[datatype])
+    if datatype in ("FP16", "BF16"):
+        raise InvalidArgumentError(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+            f"format for input {name}"
+        )
+    if not isinstance(data, list):
+        raise access_error("data", NON_ARRAY)
+    flat = _flatten(data)
+    if len(flat) != count:
+        raise InternalError(
+            "Unable to parse 'data': Shape does not match true shape of 'data' field"
+        )
+    if datatype == "BYTES":
+        return _json_bytes(flat).reshape(shape)
+    return _json_numbers(flat, datatype).reshape(shape)
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    """Nested lists -> one flat list (Triton accepts any nesting whose leaf count matches)."""
+    if not any(isinstance(item, list) for item in data):
+        return data
+    flat: list[Any] = []
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def _json_bytes(flat: list[Any]) -> np.ndarray:
+    if not all(isinstance(item, str) for item in flat):
+        raise access_error("data", NON_STRING)
+    array = np.empty(len(flat), dtype=np.object_)
+    array[:] = [item.encode("utf-8") for item in flat]
+    return array
+
+
+#: numpy kinds a JSON array may hold for each target kind (bool: only true/false)
+_ACCEPTED_KINDS = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}
+_KIND_ERRORS = {"b": NON_BOOL, "u": NON_UINT, "i": "non-signed-integer as signed-integer"}
+
+
+def _json_numbers(flat: list[Any], datatype: str) -> np.ndarray:
+    dtype = WIRE_TO_NUMPY[datatype]
+    try:
+        parsed = np.asarray(flat)
+    except (ValueError, OverflowError):
+        parsed = np.asarray(flat, dtype=np.object_)
+    ok = parsed.dtype.kind in _ACCEPTED_KINDS[dtype.kind]
+    if ok and dtype.kind == "u" and parsed.dtype.kind == "i":
+        ok = bool((parsed >= 0).all())
+    if not ok:
+        expected = _KIND_ERRORS.get(dtype.kind, "non-number as double")
+        raise InternalError(f"Unable to parse 'data': attempt to access JSON {expected}")
+    # Triton narrows integers without a range check (C casts); so does astype.
+    return parsed.astype(dtype, copy=False)
+
+
+def _decode_outputs(document: dict[str, Any], req: InferRequest) -> None:
+    if "outputs" not in document:
+        return
+    outputs = document["outputs"]
+    if not isinstance(outputs, list):
+        raise access_error("outputs", NON_ARRAY)
+    names: list[str] = []
+    for spec in outputs:
+        if not isinstance(spec, dict):
+            raise access_error("outputs", "non-object as object")
+        params = spec.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise access_error("parameters", "non-object as object")
+        name = _string_member(spec, "name")
+        _check_output_parameters(params)
+        names.append(name)
+        req.output_parameters[name] = params
+    req.requested_outputs = names
+
+
+def _check_output_parameters(params: dict[str, Any]) -> None:
+    if "shared_memory_region" in params:
+        if "classification" in params:
+            raise InvalidArgumentError(
+                "Output can't set both 'shared_memory_region' and 'classification'"
+            )
+        raise _no_shared_memory(params["shared_memory_region"])
+    if "classification" in params and not _is_uint(params["classification"]):
+        raise InternalError(
+            "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer"
+        )
+    if "binary_data" in params and not isinstance(params["binary_data"], bool):
+        raise access_error("binary_data", NON_BOOL)
+
+
+__all__ = ["decode_infer_request", "parse_header_length"]
