@@ -11,7 +11,7 @@ import pytest
 from tests.core.conftest import write_add_model
 from tests.core.test_inference_core import ones, request, run
 from workbench.core import CoreOptions, InferenceCore
-from workbench.errors import InternalError, UnavailableError
+from workbench.errors import InternalError, NotFoundError
 
 CHAIN = """
 name: "chain"
@@ -112,7 +112,7 @@ def test_ensemble_with_missing_step_is_unavailable(repo: Path) -> None:
     async def scenario(core: InferenceCore) -> None:
         entry = next(e for e in core.repository_index() if e["name"] == "chain")
         assert entry["state"] == "UNAVAILABLE" and "plus_two" in entry["reason"]
-        with pytest.raises(UnavailableError):
+        with pytest.raises(NotFoundError, match="has no available versions"):
             await core.infer(request("chain", ones()))
 
     run(InferenceCore(repo), scenario)

@@ -15,7 +15,7 @@ import pytest
 from tests.core.conftest import write_add_model
 from workbench._types import Tensor
 from workbench.core import CoreOptions, InferenceCore, InferRequest
-from workbench.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from workbench.errors import InternalError, InvalidArgumentError, NotFoundError, UnavailableError
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def test_failed_model_is_unavailable_with_reason_and_others_serve(repo: Path) ->
         assert "weights file is missing" in index["broken"]["reason"]
         assert index["good"]["state"] == "READY"
         assert (await core.infer(request("good", ones()))).outputs[0].array[0, 0] == 2
-        with pytest.raises(UnavailableError, match="weights file is missing"):
+        with pytest.raises(NotFoundError, match="has no available versions.*weights file"):
             await core.infer(request("broken", ones()))
         assert not core.ready  # strict readiness: a start-up model is not ready
 
@@ -121,7 +121,7 @@ def test_explicit_mode_loads_only_what_is_asked(repo: Path) -> None:
         assert not core.model_ready("a")
         states = {e["name"]: e.get("state") for e in core.repository_index()}
         assert states == {"a": "UNAVAILABLE", "b": "READY"}
-        with pytest.raises(NotFoundError):
+        with pytest.raises(InternalError, match="failed to poll from model repository"):
             await core.load("missing")
 
     run(InferenceCore(repo, options), scenario)

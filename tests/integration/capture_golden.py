@@ -4,12 +4,12 @@ Run from the repository root (peers are prepared on the way)::
 
     python tests/integration/capture_golden.py [--out tests/assets/conformance_golden]
 
-It starts real tritonserver on ``tests/assets/conformance_repo`` (explicit model control, all
-models loaded), sends each request below over plain HTTP and writes one ``<case>.json`` per
-request: ``{"case", "note", "request": {...}, "response": {"status", "headers", "body"}}``.
-Bodies that are JSON are stored parsed; other bodies as text, or as ``{"json_header": ...,
-"binary_tail_base64": ...}`` for binary-extension responses. The order matters: statistics are
-taken after exactly one inference on a fresh server.
+It starts real tritonserver on a copy of ``tests/assets/conformance_repo`` (explicit model
+control, all models loaded), sends each request below over plain HTTP and writes one
+``<case>.json`` per request: ``{"case", "note", "request": {...}, "response": {"status",
+"headers", "body"}}``. Bodies that are JSON are stored parsed; other bodies as text, or as
+``{"json_header": ..., "binary_tail_base64": ...}`` for binary-extension responses. The order
+matters: statistics are taken after exactly one inference on a fresh server.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,14 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.peers import REPO_ROOT, TRITON_VERSION, TritonServerProcess, prepare
+from tests.integration.peers import (
+    PYTRITON_VERSION,
+    REPO_ROOT,
+    TRITON_VERSION,
+    TritonServerProcess,
+    copy_repository,
+    prepare,
+)
 
 CONFORMANCE_REPO = REPO_ROOT / "tests" / "assets" / "conformance_repo"
 GOLDEN_DIR = REPO_ROOT / "tests" / "assets" / "conformance_golden"
@@ -48,6 +56,7 @@ class Case:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    settle: bool = False  # first wait until no model is LOADING/UNLOADING
 
 
 def _fp32_json(shape: list[int], data: list[float], name: str = "INPUT0") -> dict[str, Any]:
@@ -100,7 +109,7 @@ def _identity_all_json() -> dict[str, Any]:
     return {"inputs": inputs}
 
 
-def _ok_cases() -> list[Case]:
+def ok_cases() -> list[Case]:
     ones = _fp32_json([1, 16], ONES16)
     binary_body, binary_headers = _binary_request(struct.pack("<16f", *range(16)), 64)
     return [
@@ -131,7 +140,7 @@ def _ok_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _metadata_cases() -> list[Case]:
+def metadata_cases() -> list[Case]:
     cases = [
         Case("server_metadata", "GET", "/v2", note="extensions list included"),
         Case("health_live", "GET", "/v2/health/live"),
@@ -152,7 +161,7 @@ def _metadata_cases() -> list[Case]:
     return cases
 
 
-def _error_cases() -> list[Case]:
+def error_cases() -> list[Case]:
     ones = _fp32_json([1, 16], ONES16)
     short_body, short_headers = _binary_request(b"\0" * 32, 64)
     lying_body, lying_headers = _binary_request(b"\0" * 64, 64, header_length_delta=1000)
@@ -191,7 +200,7 @@ def _error_cases() -> list[Case]:
              neg, note="the model returns an error response (pb_utils.TritonError)"),
         Case("error_infer_fails_on_nan_raises", "POST", "/v2/models/fails_on_negative/infer",
              b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[NaN]}]}',
-             note="NaN is not JSON; Triton's reader may reject it before the model runs"),
+             note="Triton's JSON reader accepts NaN; the model raises, the whole batch fails"),
         Case("error_load_nonexistent_model", "POST", "/v2/repository/models/nope/load", b""),
         Case("error_unload_unknown_model", "POST", "/v2/repository/models/nope/unload", b""),
         Case("error_get_on_infer", "GET", ADD_ONE_INFER),
@@ -199,10 +208,11 @@ def _error_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _lifecycle_cases() -> list[Case]:
+def lifecycle_cases() -> list[Case]:
     return [
         Case("unload_add_one", "POST", "/v2/repository/models/add_one/unload", b""),
-        Case("repository_index_after_unload", "POST", "/v2/repository/index", b""),
+        Case("repository_index_after_unload", "POST", "/v2/repository/index", b"",
+             settle=True, note="after the unload has completed (it returns while UNLOADING)"),
         Case("model_ready_add_one_after_unload", "GET", "/v2/models/add_one/ready"),
         Case("error_infer_unloaded_model", "POST", ADD_ONE_INFER,
              _infer_body(_fp32_json([1, 16], ONES16))),
@@ -255,20 +265,37 @@ def send(port: int, case: Case) -> dict[str, Any]:
     return {"status": response.status, "headers": got, "body": _decode_body(raw, got)}
 
 
+def _settle(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    index = Case("index", "POST", "/v2/repository/index", b"")
+    while time.monotonic() < deadline:
+        states = {entry.get("state") for entry in send(port, index)["body"]}
+        if not states & {"LOADING", "UNLOADING"}:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"models still loading or unloading after {timeout_s}s")
+
+
 def capture(server: TritonServerProcess, out_dir: Path, log: Callable[[str], None]) -> int:
     """Send every case in order, write ``out_dir/<case>.json``; return how many were written."""
-    cases = _ok_cases() + _metadata_cases() + _error_cases() + _lifecycle_cases()
+    cases = ok_cases() + metadata_cases() + error_cases() + lifecycle_cases()
     for case in cases:
+        if case.settle:
+            _settle(server.http_port)
+        response = send(server.http_port, case)
         result = {
             "case": case.name,
             "note": case.note,
-            "server": f"tritonserver {TRITON_VERSION} (nvidia-pytriton 0.7.0)",
+            "server": f"tritonserver {TRITON_VERSION} (nvidia-pytriton {PYTRITON_VERSION})",
             "request": _describe_request(case),
-            "response": send(server.http_port, case),
+            "response": response,
         }
         path = out_dir / f"{case.name}.json"
-        path.write_text(json.dumps(result, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
-        log(f"{result['response']['status']}  {case.method:4} {case.path}  -> {path.name}")
+        text = json.dumps(result, indent=2, ensure_ascii=False)
+        # Tracebacks name model.py by absolute path; keep the files machine-independent.
+        text = text.replace(str(server.model_repository), "<repo>/tests/assets/conformance_repo")
+        path.write_text(text + "\n")
+        log(f"{response['status']}  {case.method:4} {case.path}  -> {path.name}")
     metrics = _get_text(server.metrics_port, "/metrics")
     (out_dir / "metrics_after_capture.txt").write_text(metrics)
     return len(cases) + 1
@@ -292,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     for stale in out_dir.glob("*.json"):
         stale.unlink()
     peers = prepare()
-    log_dir = Path(tempfile.mkdtemp(prefix="capture-golden-"))
-    with TritonServerProcess(peers, CONFORMANCE_REPO, log_path=log_dir / "tritonserver.log") as s:
+    workdir = Path(tempfile.mkdtemp(prefix="capture-golden-"))
+    repository = copy_repository(CONFORMANCE_REPO, workdir / "conformance_repo")
+    with TritonServerProcess(peers, repository, log_path=workdir / "tritonserver.log") as s:
         count = capture(s, out_dir, print)
-    shutil.rmtree(log_dir)  # kept when anything above failed, for its tritonserver.log
+    shutil.rmtree(workdir)  # kept when anything above failed, for its tritonserver.log
     print(f"wrote {count} files to {out_dir}")
     return 0
 

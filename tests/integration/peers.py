@@ -22,10 +22,15 @@ Gotchas, each learnt the hard way:
   running interpreter's own shared libpython into the private lib folder when it has one;
   otherwise the system one (``apt-get install libpython3.X``) must exist.
 - The stub is an embedded interpreter whose ``sys.prefix`` comes from the first ``python3`` on
-  ``PATH``; it imports ``numpy`` from there. That interpreter must have **numpy < 2**: with
-  numpy 2 the stub silently returns empty outputs. The child environment therefore puts the
-  running interpreter's ``bin/`` (the venv) first on ``PATH``; a symlink to a venv's python would
-  not do, because the embedded interpreter finds ``pyvenv.cfg`` only next to the unresolved path.
+  ``PATH``; it imports ``numpy`` (and whatever ``model.py`` imports) from there. That interpreter
+  must have **numpy < 2**: with numpy 2 the stub silently returns empty outputs. ``prepare()``
+  uses the running interpreter's ``bin/`` when its numpy is 1.x, and otherwise builds
+  ``<peers>/stub-venv-py3.X`` with ``numpy<2``; the child environment puts that ``bin/`` first on
+  ``PATH``. A symlink to a venv's python would not do: the embedded interpreter finds
+  ``pyvenv.cfg`` only next to the unresolved path.
+- The stub writes ``__pycache__/`` next to each ``model.py`` and ignores
+  ``PYTHONDONTWRITEBYTECODE``; serve a copy of a version-controlled repository
+  (``copy_repository()``; the fixtures do).
 - The stub must match the running Python's major.minor (``python_backend_stubs/3.X/``), and must
   sit in ``<backend-directory>/python/`` next to ``libtriton_python.so``.
 - The stub's RPATH points four levels up to ``nvidia_pytriton.libs``; once copied into the
@@ -49,7 +54,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -115,6 +119,7 @@ class Peers:
     backend_dir: Path
     lib_dir: Path
     perf_analyzer: Path | None
+    stub_python_bin: Path
     env: dict[str, str] = field(default_factory=dict)
 
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,6 +147,7 @@ def prepare(root: Path | None = None) -> Peers:
         perf_analyzer = _extract_perf_analyzer(root)
         lib_dir = _build_lib_dir(root, server_root)
         backend_dir = _build_backend_dir(root, server_root)
+        stub_python_bin = _stub_python_bin(root)
     lib_path = os.pathsep.join([str(lib_dir), str(server_root / "nvidia_pytriton.libs")])
     return Peers(
         root=root,
@@ -149,25 +155,40 @@ def prepare(root: Path | None = None) -> Peers:
         backend_dir=backend_dir,
         lib_dir=lib_dir,
         perf_analyzer=perf_analyzer,
-        env={"LD_LIBRARY_PATH": lib_path, "PATH": str(Path(sys.executable).parent)},
+        stub_python_bin=stub_python_bin,
+        env={"LD_LIBRARY_PATH": lib_path, "PATH": str(stub_python_bin)},
     )
 
 
-def check_stub_python() -> None:
-    """Fail early when the ``python3`` the stub will use cannot serve Python models."""
-    python3 = Path(sys.executable).parent / "python3"
-    if not python3.exists():
-        raise PeersUnavailable(f"{python3} is missing; the Python backend stub looks it up on PATH")
-    try:
-        numpy_version = importlib.metadata.version("numpy")
-    except importlib.metadata.PackageNotFoundError:
+def _numpy_major(python: Path) -> int | None:
+    """numpy's major version as ``python`` imports it, or None when it cannot import it."""
+    probe = [str(python), "-c", "import numpy; print(numpy.__version__)"]
+    result = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        return None
+    return int(result.stdout.strip().split(".")[0])
+
+
+def _stub_python_bin(root: Path) -> Path:
+    """A ``bin/`` whose ``python3`` has numpy<2: this interpreter's, or a private venv's."""
+    own_bin = Path(sys.executable).parent
+    if (own_bin / "python3").exists() and _numpy_major(own_bin / "python3") == 1:
+        return own_bin
+    venv = root / f"stub-venv-py{_python_x_y()}"
+    python3 = venv / "bin" / "python3"
+    if not python3.exists() or _numpy_major(python3) != 1:
+        _run_setup([sys.executable, "-m", "venv", "--clear", str(venv)])
+        _run_setup([str(python3), "-m", "pip", "install", "--quiet", "numpy<2"])
+    return python3.parent
+
+
+def _run_setup(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    if result.returncode != 0:
+        output = result.stdout + result.stderr
         raise PeersUnavailable(
-            "numpy is not installed; the Python backend stub needs numpy<2"
-        ) from None
-    if int(numpy_version.split(".")[0]) >= 2:
-        raise PeersUnavailable(
-            f"numpy {numpy_version} is installed; Triton 2.51's Python backend stub needs numpy<2 "
-            "(with numpy 2 it silently returns empty outputs)"
+            f"`{' '.join(command)}` failed (exit {result.returncode}):\n{output[-3000:]}",
+            offline=any(marker in output for marker in _OFFLINE_MARKERS),
         )
 
 
@@ -195,15 +216,10 @@ def _download(root: Path, requirement: str, wheel_platform: str) -> Path:
         "--platform", wheel_platform, "--retries", "2", "--timeout", "60",
         "--dest", str(wheels), requirement,
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    _run_setup(command)
     found = sorted(path for path in wheels.glob(f"{stem}*.whl") if wheel_platform in path.name)
-    if result.returncode != 0 or not found:
-        output = result.stdout + result.stderr
-        offline = any(marker in output for marker in _OFFLINE_MARKERS)
-        raise PeersUnavailable(
-            f"`{' '.join(command)}` failed (exit {result.returncode}):\n{output[-3000:]}",
-            offline=offline,
-        )
+    if not found:
+        raise PeersUnavailable(f"`{' '.join(command)}` saved no {wheel_platform} wheel")
     return found[0]
 
 
@@ -316,6 +332,13 @@ def _build_backend_dir(root: Path, server_root: Path) -> Path:
     return backend_dir
 
 
+def copy_repository(source: Path, destination: Path) -> Path:
+    """Copy a model repository, without bytecode, so that the stubs' ``__pycache__`` lands there."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(source, destination, ignore=ignore, dirs_exist_ok=True)
+    return destination
+
+
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -395,7 +418,6 @@ class TritonServerProcess:
 
     def start(self, attempts: int = 3) -> TritonServerProcess:
         """Start tritonserver and wait for ``/v2/health/ready``; retry on a port clash."""
-        check_stub_python()
         started = time.monotonic()
         for attempt in range(attempts):
             try:
@@ -416,7 +438,7 @@ class TritonServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self._env(),
+                env=self.peers.child_env(),
                 start_new_session=True,
             )
         try:
@@ -424,12 +446,6 @@ class TritonServerProcess:
         except TritonStartError:
             self.stop()
             raise
-
-    def _env(self) -> dict[str, str]:
-        env = self.peers.child_env()
-        # The stubs import model.py; keep __pycache__ out of the (often version-controlled) repo.
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        return env
 
     def _wait_ready(self) -> None:
         assert self.process is not None
@@ -524,7 +540,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         peers = prepare(args.dir)
-        check_stub_python()
     except PeersUnavailable as error:
         kind = "registry unreachable" if error.offline else "failed"
         print(f"peers: prepare {kind}: {error}", file=sys.stderr)
@@ -533,6 +548,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     print(f"tritonserver     {peers.tritonserver}  (Triton {TRITON_VERSION})")
     print(f"backend dir      {peers.backend_dir}")
     print(f"perf_analyzer    {peers.perf_analyzer}")
+    print(f"stub python3     {peers.stub_python_bin / 'python3'}  (numpy<2)")
     for name, value in peers.env.items():
         print(f"{name:<16} {value}  (prepended)")
     return 0

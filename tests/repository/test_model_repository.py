@@ -196,7 +196,7 @@ def test_write_override_creates_temp_model_folder(repo_root: Path) -> None:
 
     model_dir = repo.write_override(
         "over",
-        config_json_or_pb=CONFIG_JSON,
+        config=CONFIG_JSON,
         files={"file:1/model.py": b"print('v1')\n", "2/model.py": b"print('v2')\n"},
     )
     try:
@@ -216,9 +216,7 @@ def test_write_override_accepts_model_config_message(repo_root: Path) -> None:
     repo = ModelRepository(repo_root)
     config = ModelConfig(name="over", max_batch_size=2)
 
-    model_dir = repo.write_override(
-        "over", config_json_or_pb=config, files={"1/model.onnx": b"\x08\x07"}
-    )
+    model_dir = repo.write_override("over", config=config, files={"1/model.onnx": b"\x08\x07"})
     try:
         assert "max_batch_size: 2" in (model_dir / "config.pbtxt").read_text()
         assert (model_dir / "1" / "model.onnx").read_bytes() == b"\x08\x07"
@@ -231,7 +229,7 @@ def test_config_parameter_wins_over_config_file(repo_root: Path) -> None:
 
     model_dir = repo.write_override(
         "over",
-        config_json_or_pb=CONFIG_JSON,
+        config=CONFIG_JSON,
         files={"config.pbtxt": b'name: "other"', "1/model.py": b""},
     )
     try:
@@ -249,13 +247,13 @@ def test_override_files_without_config_are_rejected(repo_root: Path) -> None:
 
 def test_override_without_files_is_rejected(repo_root: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="at least one 'file:' parameter"):
-        ModelRepository(repo_root).write_override("over", config_json_or_pb=CONFIG_JSON)
+        ModelRepository(repo_root).write_override("over", config=CONFIG_JSON)
 
 
 def test_override_with_invalid_json_config(repo_root: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="Invalid config override"):
         ModelRepository(repo_root).write_override(
-            "over", config_json_or_pb='{"no_such_field": 1}', files={"1/model.py": b""}
+            "over", config='{"no_such_field": 1}', files={"1/model.py": b""}
         )
 
 
@@ -271,7 +269,7 @@ def test_override_paths_must_stay_inside(
 
     with pytest.raises(InvalidArgumentError, match="must stay within model directory"):
         ModelRepository(repo_root).write_override(
-            "over", config_json_or_pb=CONFIG_JSON, files={relative: b"x"}
+            "over", config=CONFIG_JSON, files={relative: b"x"}
         )
 
     assert list(temp_root.iterdir()) == []  # the half-written folder is cleaned up
@@ -281,9 +279,7 @@ def test_override_paths_must_stay_inside(
 def test_override_normalized_path_inside_is_allowed(repo_root: Path) -> None:
     repo = ModelRepository(repo_root)
 
-    model_dir = repo.write_override(
-        "over", config_json_or_pb=CONFIG_JSON, files={"1/../2/model.py": b"ok"}
-    )
+    model_dir = repo.write_override("over", config=CONFIG_JSON, files={"1/../2/model.py": b"ok"})
     try:
         assert (model_dir / "2" / "model.py").read_bytes() == b"ok"
         assert not (model_dir / "1").exists()
@@ -291,17 +287,25 @@ def test_override_normalized_path_inside_is_allowed(repo_root: Path) -> None:
         repo.remove_override(model_dir)
 
 
-def test_override_file_where_a_directory_is_needed(repo_root: Path) -> None:
+@pytest.mark.parametrize("nested", ["1/model.py", "1/sub/model.py"])
+def test_override_file_where_a_directory_is_needed(repo_root: Path, nested: str) -> None:
     with pytest.raises(InvalidArgumentError, match="directory has been created as a file"):
         ModelRepository(repo_root).write_override(
-            "over", config_json_or_pb=CONFIG_JSON, files={"1": b"", "1/model.py": b""}
+            "over", config=CONFIG_JSON, files={"1": b"", nested: b""}
+        )
+
+
+def test_override_directory_where_a_file_is_needed(repo_root: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="a directory exists at that path"):
+        ModelRepository(repo_root).write_override(
+            "over", config=CONFIG_JSON, files={"1/model.py": b"", "1": b""}
         )
 
 
 def test_override_rejects_bad_model_name(repo_root: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="path traversal"):
         ModelRepository(repo_root).write_override(
-            "../over", config_json_or_pb=CONFIG_JSON, files={"1/model.py": b""}
+            "../over", config=CONFIG_JSON, files={"1/model.py": b""}
         )
 
 
@@ -311,3 +315,50 @@ def test_remove_override_leaves_other_folders_alone(repo_root: Path, make_model:
     ModelRepository.remove_override(model_dir)
 
     assert (model_dir / "config.pbtxt").is_file()
+
+
+def test_at_variants_work_on_any_model_folder(repo_root: Path) -> None:
+    repo = ModelRepository(repo_root)
+    model_dir = repo.write_override(
+        "over", config=CONFIG_JSON, files={"3/model.py": b"", "1/model.py": b""}
+    )
+    try:
+        config = repo.read_config_at(model_dir)
+        assert config is not None
+        assert config.max_batch_size == 4
+        assert repo.available_versions_at(model_dir) == [1, 3]
+        assert repo.select_versions(config, [1, 3]) == [3]
+    finally:
+        repo.remove_override(model_dir)
+
+
+def test_config_json_or_pb_is_an_alias_of_config(repo_root: Path) -> None:
+    repo = ModelRepository(repo_root)
+
+    model_dir = repo.write_override(
+        "over", config_json_or_pb=CONFIG_JSON, files={"1/model.py": b""}
+    )
+    try:
+        assert 'name: "over"' in (model_dir / "config.pbtxt").read_text()
+    finally:
+        repo.remove_override(model_dir)
+
+
+def test_read_config_delegates_to_config_layer_parser(
+    repo_root: Path, make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = make_model(repo_root, "add_one")
+    calls: list[tuple[str, str]] = []
+
+    def parse_pbtxt(text: str, *, source: str) -> ModelConfig:
+        calls.append((text, source))
+        return ModelConfig(name="parsed-by-config-layer")
+
+    monkeypatch.setattr("workbench.config.parse_pbtxt", parse_pbtxt, raising=False)
+    config = ModelRepository(repo_root).read_config("add_one")
+
+    assert config is not None
+    assert config.name == "parsed-by-config-layer"
+    assert calls == [
+        ((model_dir / "config.pbtxt").read_text(), str(model_dir.resolve() / "config.pbtxt"))
+    ]

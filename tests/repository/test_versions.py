@@ -127,3 +127,8 @@ def test_specific_with_none_present_names_them() -> None:
 def test_no_versions_on_disk() -> None:
     with pytest.raises(InvalidArgumentError, match="model 'empty'"):
         select_versions(config("version_policy: { all: { } }"), [], model_name="empty")
+
+
+def test_error_names_config_name_when_model_name_is_not_given() -> None:
+    with pytest.raises(InvalidArgumentError, match="of model 'from_config'"):
+        select_versions(ModelConfig(name="from_config"), [])

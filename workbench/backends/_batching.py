@@ -6,17 +6,16 @@ dimension 0, runs the model once and hands each request back its own slice of ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
-from workbench.backends.base import ExecRequest, ExecResult
+from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
 from workbench.config.dtypes import config_to_wire, numpy_dtype, wire_from_numpy
 from workbench.errors import InvalidArgumentError, WorkbenchError
-
-ModelConfig = model_config_pb2.ModelConfig
 
 
 def batch_sizes(requests: Sequence[ExecRequest]) -> list[int]:
@@ -48,8 +47,7 @@ def split_rows(array: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
     """Cut ``array`` along dimension 0 into consecutive pieces of ``sizes`` rows."""
     if array.ndim == 0 or array.shape[0] != sum(sizes):
         raise WorkbenchError(
-            f"model returned {array.shape[0] if array.ndim else 0} rows for a batch of "
-            f"{sum(sizes)}"
+            f"model returned {array.shape[0] if array.ndim else 0} rows for a batch of {sum(sizes)}"
         )
     bounds = np.cumsum(sizes)[:-1]
     return np.split(array, bounds, axis=0)
@@ -125,3 +123,78 @@ def results_from_batch(
         ]
         results.append(ExecResult(outputs=tensors))
     return results
+
+
+@dataclass(slots=True)
+class Reshapes:
+    """Per tensor name, the shape (batch dimension excluded) to give it before use.
+
+    ``inputs``: the config's ``reshape`` (what the model expects); ``outputs``: the config's
+    ``dims`` of outputs that have a ``reshape`` (what the client expects).
+    """
+
+    inputs: dict[str, list[int]] = field(default_factory=dict)
+    outputs: dict[str, list[int]] = field(default_factory=dict)
+
+
+def config_reshapes(config: ModelConfig) -> Reshapes:
+    """The ``reshape`` entries of a model configuration."""
+    reshapes = Reshapes()
+    for tensor in config.input:
+        if tensor.HasField("reshape"):
+            reshapes.inputs[tensor.name] = list(tensor.reshape.shape)
+    for tensor in config.output:
+        if tensor.HasField("reshape"):
+            reshapes.outputs[tensor.name] = list(tensor.dims)
+    return reshapes
+
+
+def apply_reshapes(
+    arrays: dict[str, np.ndarray], shapes: dict[str, list[int]], batched: bool
+) -> dict[str, np.ndarray]:
+    """``arrays`` with those named in ``shapes`` reshaped (keeping dimension 0 if ``batched``)."""
+    if not shapes:
+        return arrays
+    out = dict(arrays)
+    for name, shape in shapes.items():
+        if name in out:
+            lead = (out[name].shape[0],) if batched else ()
+            out[name] = out[name].reshape(lead + tuple(shape))
+    return out
+
+
+#: runs the model on ``arrays`` for ``requests`` (``sizes``: rows per request, None unbatched)
+BatchRunner = Callable[
+    [Sequence[ExecRequest], dict[str, np.ndarray], "list[int] | None"], list[ExecResult]
+]
+
+
+def execute_batched(
+    requests: Sequence[ExecRequest], max_batch_size: int, run: BatchRunner
+) -> list[ExecResult]:
+    """Run a batching model once for all ``requests``, else once per request.
+
+    Requests whose shapes differ beyond dimension 0 cannot be stacked; they run one by one.
+    """
+    try:
+        if max_batch_size > 0 and len(requests) > 1:
+            try:
+                return run(requests, concat_inputs(requests), batch_sizes(requests))
+            except ValueError:
+                pass  # np.concatenate: shapes differ beyond the batch dimension
+        results: list[ExecResult] = []
+        for request in requests:
+            arrays = {name: tensor.array for name, tensor in request.inputs.items()}
+            sizes = batch_sizes([request]) if max_batch_size > 0 else None
+            results.extend(run([request], arrays, sizes))
+        return results
+    except WorkbenchError as exc:
+        return fail_all(len(requests), exc)
+
+
+def config_of(context: InstanceContext) -> ModelConfig:
+    """``context.config``, typed through the protobuf class itself.
+
+    (``base.ModelConfig`` is a module-level alias, which mypy does not accept as a type.)
+    """
+    return context.config

@@ -19,6 +19,14 @@ from workbench.errors import InvalidArgumentError
 ModelConfig = model_config_pb2.ModelConfig
 
 
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
 def _shape_str(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -42,31 +50,37 @@ class RequestChecker:
 
     def check(self, request: InferRequest) -> int:
         """Raise ``InvalidArgumentError`` on a bad request; return its batch size."""
-        self._check_names(request)
-        batch = 0
-        for tensor in request.inputs.values():
-            batch = self._check_tensor(tensor, batch)
         for name in request.requested_outputs or ():
             if name not in self.outputs:
                 raise InvalidArgumentError(
                     f"unexpected inference output '{name}' for model '{self.model}'"
                 )
+        try:
+            self._check_names(request)
+            batch = 0
+            for tensor in request.inputs.values():
+                batch = self._check_tensor(tensor, batch)
+        except InvalidArgumentError as exc:
+            # Triton prefixes input errors with the request id.
+            raise InvalidArgumentError(
+                f"[request id: {request.id or '<id_unknown>'}] {exc}"
+            ) from None
         return max(batch, 1)
 
     def _check_names(self, request: InferRequest) -> None:
-        for name in request.inputs:
-            if name not in self.inputs:
-                raise InvalidArgumentError(
-                    f"unexpected inference input '{name}' for model '{self.model}'"
-                )
         missing = [name for name in self.required if name not in request.inputs]
-        if missing:
-            got = ", ".join(f"'{n}'" for n in request.inputs)
-            want = ", ".join(f"'{n}'" for n in missing)
+        unknown = [name for name in request.inputs if name not in self.inputs]
+        if missing or (unknown and len(request.inputs) != len(self.required)):
+            got = ",".join(f"'{n}'" for n in sorted(request.inputs))
+            want = ",".join(f"'{n}'" for n in missing)
             raise InvalidArgumentError(
                 f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs "
                 f"for model '{self.model}'. Got input(s) [{got}], but missing required "
                 f"input(s) [{want}]. Please provide all required input(s)."
+            )
+        if unknown:
+            raise InvalidArgumentError(
+                f"unexpected inference input '{unknown[0]}' for model '{self.model}'"
             )
 
     def _check_tensor(self, tensor: Tensor, batch: int) -> int:
@@ -91,7 +105,8 @@ class RequestChecker:
             full = [-1, *dims] if self.max_batch_size > 0 else dims
             raise InvalidArgumentError(
                 f"unexpected shape for input '{tensor.name}' for model '{self.model}'. "
-                f"Expected {_shape_str(full)}, got {_shape_str(tensor.shape)}"
+                f"Expected {_shape_str(full)}, got {_shape_str(tensor.shape)}. "
+                + (_BATCH_NOTE if self.max_batch_size > 0 else "")
             )
         return batch
 

@@ -23,8 +23,8 @@ from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
 from workbench.core.model import model_metadata
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import (
+    InternalError,
     InvalidArgumentError,
-    NotFoundError,
     UnavailableError,
     WorkbenchError,
 )
@@ -129,9 +129,11 @@ class InferenceCore:
         self.client = CoreClient(self, asyncio.get_running_loop())
         names = self._startup_names()
         self._startup_models = names
+        # The baseline is what start-up loads; changes after this point are picked up by polls.
+        baseline = await asyncio.to_thread(self.repository.snapshot)
         await self._load_many(names)
         if self.options.control_mode == "poll":
-            self._poll_task = asyncio.create_task(self._poll_forever())
+            self._poll_task = asyncio.create_task(self._poll_forever(baseline))
         self._started = True
 
     async def stop(self, timeout_s: float = 30.0) -> None:
@@ -185,11 +187,13 @@ class InferenceCore:
         if peek is not None and cfg.is_ensemble(peek):
             for step_model in composing_models(peek):
                 if not self.models.is_ready(step_model) and step_model != name:
-                    await self._load_with_dependencies(step_model)
+                    # A step that cannot load makes the ensemble's own load fail below,
+                    # with the reason recorded on the ensemble.
+                    with contextlib.suppress(WorkbenchError):
+                        await self._load_with_dependencies(step_model)
         await self.models.load(name, config, path)
 
-    async def _poll_forever(self) -> None:
-        previous = await asyncio.to_thread(self.repository.snapshot)
+    async def _poll_forever(self, previous: dict[str, str]) -> None:
         while True:
             await asyncio.sleep(self.options.poll_secs)
             current = await asyncio.to_thread(self.repository.snapshot)
@@ -245,6 +249,8 @@ class InferenceCore:
 
     # -- statistics ----------------------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        if name and not self.models.is_ready(name, version):
+            raise InvalidArgumentError(f"requested model '{name}' is not available")
         if not name:
             stats = [
                 model.stats.to_json()
@@ -306,8 +312,12 @@ class InferenceCore:
                 self.repository.write_override, name, config=override, files=files
             )
         elif override is None and name not in self.repository.model_names():
-            raise NotFoundError(f"failed to load '{name}', failed to poll from model repository")
-        await self._load_with_dependencies(name, override, path)
+            # Triton answers 500 (an internal error) here, not 404.
+            raise InternalError(f"failed to load '{name}', failed to poll from model repository")
+        try:
+            await self._load_with_dependencies(name, override, path)
+        except WorkbenchError as exc:
+            raise InternalError(f"failed to load '{name}': {exc}") from exc
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self._require_model_control()

@@ -82,13 +82,13 @@ class ModelManager:
     def get(self, name: str, version: str = "") -> ServingModel:
         """The serving version for a request; raises Triton's errors for unknown/unready."""
         record = self._records.get(name)
-        if record is None or not record.versions:
-            if record is not None and record.state is ModelState.UNAVAILABLE and record.reason:
-                raise UnavailableError(
-                    f"Request for unknown model: '{name}' has no available "
-                    f"versions (load failed: {record.reason})"
-                )
+        if record is None or record.state is None:
             raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if not record.versions:
+            why = f" ({record.reason})" if record.reason not in ("", "unloaded") else ""
+            raise NotFoundError(
+                f"Request for unknown model: '{name}' has no available versions{why}"
+            )
         if not version:
             return record.versions[max(record.versions)]
         try:
@@ -185,6 +185,7 @@ class ModelManager:
             config = ModelConfig()
         if not config.name:
             config.name = name
+        cfg.detect_backend(config, path)
         if not cfg.is_ensemble(config):
             if not config.backend and not config.platform:
                 raise InvalidArgumentError(

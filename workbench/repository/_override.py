@@ -73,15 +73,16 @@ def config_from_override(config: str | bytes | ModelConfig) -> ModelConfig:
 def _write_file(model_dir: Path, key: str, content: bytes) -> None:
     parameter = key if key.startswith(FILE_PREFIX) else FILE_PREFIX + key
     target = _resolve_inside(model_dir, parameter)
-    if target.parent.exists() and not target.parent.is_dir():
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
         raise InvalidArgumentError(
             f"Invalid file parameter '{parameter}', directory has been created as a file"
-        )
+        ) from exc
     if target.is_dir():
         raise InvalidArgumentError(
             f"Invalid file parameter '{parameter}', a directory exists at that path"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(bytes(content))
 
 

@@ -99,22 +99,22 @@ class ModelRepository:
         return locations[0]
 
     def config_path(self, name: str, *, config_name: str | None = None) -> Path:
-        """The config file Triton would read: ``configs/<config_name>.pbtxt`` if that file
-        exists (``--model-config-name``), else ``config.pbtxt``; it may not exist."""
-        model_dir = self.model_path(name)
-        if config_name:
-            custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
-            if custom.is_file():
-                return custom
-        return model_dir / CONFIG_FILENAME
+        """The config file Triton would read for ``name``; see ``config_path_at``."""
+        return config_path_at(self.model_path(name), config_name=config_name)
 
     def read_config(self, name: str, *, config_name: str | None = None) -> ModelConfig | None:
-        """The parsed config of ``name`` (see ``config_path``), or ``None`` without a file.
+        """The parsed config of ``name``, or ``None`` without a file; see ``read_config_at``."""
+        return self.read_config_at(self.model_path(name), config_name=config_name)
 
-        No file is not an error here: Triton may still auto-complete the config, which the
-        caller decides. A file that does not parse raises ``ConfigError``.
+    @staticmethod
+    def read_config_at(model_dir: Path, *, config_name: str | None = None) -> ModelConfig | None:
+        """The parsed config of the model folder ``model_dir`` (in a root or an override).
+
+        ``None`` when there is no config file: not an error here, since Triton may still
+        auto-complete the config, which the caller decides. A file that does not parse raises
+        ``ConfigError`` naming ``file:line:col``.
         """
-        path = self.config_path(name, config_name=config_name)
+        path = config_path_at(model_dir, config_name=config_name)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -124,6 +124,14 @@ class ModelRepository:
     def available_versions(self, name: str) -> list[int]:
         """The numeric version folders of ``name``, ascending (Triton's naming rules)."""
         return versions.version_folders(self.model_path(name))
+
+    @staticmethod
+    def available_versions_at(model_dir: Path) -> list[int]:
+        """The numeric version folders of the model folder ``model_dir``, ascending."""
+        return versions.version_folders(Path(model_dir))
+
+    #: ``select_versions(config, available, *, model_name="")``, also exported as a function.
+    select_versions = staticmethod(versions.select_versions)
 
     def fingerprint(self, name: str) -> str:
         """A cheap digest of the model folder (paths, sizes, mtimes) for poll mode."""
@@ -146,8 +154,9 @@ class ModelRepository:
         self,
         name: str,
         *,
-        config_json_or_pb: str | bytes | ModelConfig | None = None,
+        config: str | bytes | ModelConfig | None = None,
         files: Mapping[str, bytes] | None = None,
+        config_json_or_pb: str | bytes | ModelConfig | None = None,
     ) -> Path:
         """Materialize a load with ``file:`` parameters into a temporary model folder.
 
@@ -156,9 +165,11 @@ class ModelRepository:
         (Triton's JSON form, or a ``ModelConfig``) is required and written as
         ``config.pbtxt``. Paths escaping the folder raise ``InvalidArgumentError``. Returns
         the folder to load from; ``remove_override`` deletes it when the model unloads.
+        ``config_json_or_pb`` is an alias of ``config``.
         """
         validate_model_name(name)
-        return _override.write_override_dir(name, config_json_or_pb, files or {})
+        chosen = config if config is not None else config_json_or_pb
+        return _override.write_override_dir(name, chosen, files or {})
 
     @staticmethod
     def remove_override(model_dir: Path) -> None:
@@ -170,6 +181,17 @@ class ModelRepository:
             return []  # hidden folders are never models (see model_names)
         candidates = (root / name for root in self._roots)
         return [path for path in candidates if path.is_dir()]
+
+
+def config_path_at(model_dir: Path, *, config_name: str | None = None) -> Path:
+    """The config file Triton reads: ``configs/<config_name>.pbtxt`` when ``config_name`` is
+    given and that file exists (``--model-config-name``), else ``config.pbtxt``; the returned
+    file may not exist."""
+    if config_name:
+        custom = Path(model_dir) / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return Path(model_dir) / CONFIG_FILENAME
 
 
 def validate_model_name(name: str) -> None:
@@ -193,7 +215,17 @@ def _model_folders(root: Path) -> list[Path]:
 
 
 def _parse(text: str, source: str) -> ModelConfig:
-    """Parse pbtxt into a ModelConfig, errors carrying ``source:line:col``."""
+    """Parse pbtxt into a ModelConfig, errors carrying ``source:line:col``.
+
+    Delegates to ``workbench.config.parse_pbtxt``; until that lands (it is written
+    concurrently) protobuf's own text parser stands in. Replace with a plain import then.
+    """
+    import workbench.config as config_layer  # inside: the config layer may import atomic_write
+
+    parse_pbtxt = getattr(config_layer, "parse_pbtxt", None)
+    if parse_pbtxt is not None:
+        config: ModelConfig = parse_pbtxt(text, source=source)
+        return config
     try:
         return text_format.Parse(text, ModelConfig())
     except text_format.ParseError as exc:

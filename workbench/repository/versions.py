@@ -62,9 +62,11 @@ def select_versions(
     ``latest { num_versions: n }`` takes the n highest (the default policy is latest 1),
     ``all`` takes every one, ``specific { versions: [...] }`` takes the listed ones that exist;
     as in Triton, a listed version without its folder is logged and skipped. Raises
-    ``InvalidArgumentError`` with Triton's message when nothing is left to load.
+    ``InvalidArgumentError`` with Triton's message when nothing is left to load (naming
+    ``model_name``, else ``config.name``).
     """
     present = sorted(set(available))
+    model_name = model_name or (config.name if config is not None else "")
     selected, missing = _apply_policy(config, present)
     for version in missing:
         _log.error(

@@ -30,8 +30,7 @@ def classify(
         template = "%d:%d"
     else:
         raise InvalidArgumentError(
-            "class result not available for output due to unsupported type "
-            f"'{tensor.datatype}'"
+            f"class result not available for output due to unsupported type '{tensor.datatype}'"
         )
     array = tensor.array
     batch = array.shape[0] if batched and array.ndim > 0 else 0

@@ -42,7 +42,7 @@ class Logger:
     VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+    def log(message: str, level: int = LogLevel.INFO) -> None:
         """Log ``message`` at ``level``."""
         _log.log(_LEVELS[LogLevel(level)], "%s", message)
 

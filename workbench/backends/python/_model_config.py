@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from workbench.config.model_config import from_json, to_json_dict
 from workbench.errors import ConfigError
 
 _INPUT_KEYS = ("name", "data_type", "dims", "optional")
@@ -20,22 +20,15 @@ _OUTPUT_KEYS = ("name", "data_type", "dims")
 
 def config_to_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     """The configuration as Triton hands it to Python models (``args["model_config"]``)."""
-    return json_format.MessageToDict(
-        config,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-        unquote_int64_if_possible=True,
-    )
+    return to_json_dict(config)
 
 
 def config_from_dict(data: dict[str, Any]) -> model_config_pb2.ModelConfig:
     """Parse a configuration dict (as returned by auto-complete) into the protobuf."""
-    config = model_config_pb2.ModelConfig()
     try:
-        json_format.ParseDict(data, config)
-    except json_format.ParseError as exc:
+        return from_json(data)
+    except ConfigError as exc:
         raise ConfigError(f"auto-completed configuration is invalid: {exc}") from None
-    return config
 
 
 class ModelConfig:
@@ -114,7 +107,9 @@ class ModelConfig:
                 return
         self._model_config[kind].append(tensor)
 
-    def _check_properties(self, kind: str, tensor: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    def _check_properties(
+        self, kind: str, tensor: dict[str, Any], allowed: tuple[str, ...]
+    ) -> None:
         where = f"in auto-complete-config function for model '{self._name()}'"
         if "name" not in tensor:
             raise ValueError(f"{kind} {where} is missing 'name' property.")

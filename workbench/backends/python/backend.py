@@ -18,7 +18,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from workbench.backends._batching import declared_output_types, fail_all
+from workbench.backends._batching import config_of, declared_output_types, fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
 from workbench.backends.python import pb_utils
 from workbench.backends.python._bridge import to_pb_request, to_result
@@ -57,7 +57,7 @@ class PythonBackend:
 
     def create_instance(self, context: InstanceContext) -> PythonModelInstance:
         """Import ``model.py``, build ``TritonPythonModel`` and call its ``initialize``."""
-        config = context.config
+        config = config_of(context)
         if config.model_transaction_policy.decoupled:
             raise UnsupportedError(
                 f"model '{context.model_name}': decoupled python models are not supported yet"
@@ -118,8 +118,8 @@ class PythonModelInstance:
         self._scope = scope
         self._model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._outputs = [out.name for out in context.config.output]
-        self._declared = declared_output_types(context.config)
+        self._outputs = [out.name for out in config_of(context).output]
+        self._declared = declared_output_types(config_of(context))
 
     @contextlib.contextmanager
     def _entered(self) -> Iterator[None]:
@@ -170,7 +170,7 @@ class PythonModelInstance:
         name = self.context.model_name
         return [
             to_result(response, request, self._declared, name)
-            for response, request in zip(responses, requests)
+            for response, request in zip(responses, requests, strict=True)
         ]
 
     @staticmethod
@@ -180,13 +180,12 @@ class PythonModelInstance:
             returned = [None] * len(requests)
         if not isinstance(returned, list):
             raise _ExecuteError(
-                "Expected a list in the execute return, found type "
-                f"'{type(returned).__name__}'."
+                f"Expected a list in the execute return, found type '{type(returned).__name__}'."
             )
         if len(returned) != len(requests):
             raise _ExecuteError(f"expected {len(requests)} responses, got {len(returned)}")
         responses = []
-        for request, response in zip(requests, returned):
+        for request, response in zip(requests, returned, strict=True):
             sender = request._sender
             if response is None and sender is not None:
                 response = sender.response

@@ -318,7 +318,7 @@ class InferenceRequest:
         self._timeout = timeout
         if isinstance(parameters, str):
             parameters = json.loads(parameters)
-        self._parameters: dict[str, Any] = dict(parameters or {})
+        self._parameters: dict[str, Any] = dict(parameters or {})  # type: ignore[arg-type]
         self._sender: InferenceResponseSender | None = None
 
     def inputs(self) -> list[Tensor]:

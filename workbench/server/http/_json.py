@@ -40,8 +40,7 @@ def access_error(context: str, expected: str, member: str | None = None) -> Inte
     """Triton's "Unable to parse 'x': attempt to access ..." error for a wrong JSON value."""
     if member is not None:
         return InternalError(
-            f"Unable to parse '{context}': attempt to access non-existing object member "
-            f"'{member}'"
+            f"Unable to parse '{context}': attempt to access non-existing object member '{member}'"
         )
     return InternalError(f"Unable to parse '{context}': attempt to access JSON {expected}")
 

@@ -8,16 +8,22 @@ shape ``[1]``. Every output comes back in binary form.
 
 from __future__ import annotations
 
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInput
 
 from workbench._types import Tensor
 from workbench.config.dtypes import ELEMENT_SIZE, config_to_wire
 from workbench.core.request import InferRequest
 from workbench.errors import InvalidArgumentError
-from workbench.server.http.tensor_bytes import deserialize_bytes, tensor_from_buffer
+from workbench.server.http.tensor_bytes import (
+    deserialize_bytes,
+    request_prefix,
+    tensor_from_buffer,
+)
 
-ModelConfig = model_config_pb2.ModelConfig
 _WILDCARD = -1
+#: Triton names the input ``raw_input`` until the core resolves it; its errors say so.
+RAW_INPUT = "raw_input"
+_PREFIX = request_prefix("")
 
 
 def decode_raw_request(
@@ -26,7 +32,7 @@ def decode_raw_request(
     """The request a raw binary body stands for (outputs: all of them, in binary)."""
     if len(config.input) != 1:
         raise InvalidArgumentError(
-            "Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{_PREFIX}Raw request must only have 1 input (found 1) to be deduced but got "
             f"{len(config.input)} inputs in '{model_name}' model configuration"
         )
     spec = config.input[0]
@@ -36,16 +42,16 @@ def decode_raw_request(
     if datatype == "BYTES":
         # The body is the element itself; Triton prepends its length indicator.
         framed = len(view).to_bytes(4, "little") + bytes(view)
-        array = deserialize_bytes(memoryview(framed), shape, "", spec.name, model_name)
+        array = deserialize_bytes(memoryview(framed), shape, _PREFIX, RAW_INPUT, model_name)
     else:
-        array = tensor_from_buffer(view, datatype, shape, "", spec.name, model_name)
+        array = tensor_from_buffer(view, datatype, shape, _PREFIX, RAW_INPUT, model_name)
     request = InferRequest(model_name=model_name, model_version=model_version)
     request.inputs[spec.name] = Tensor(spec.name, datatype, array)
     return request
 
 
 def _deduce_shape(
-    spec: model_config_pb2.ModelInput, datatype: str, byte_size: int, batching: bool
+    spec: ModelInput, datatype: str, byte_size: int, batching: bool
 ) -> tuple[int, ...]:
     shape = [1] if batching else []
     dynamic_axis = -1
@@ -54,8 +60,8 @@ def _deduce_shape(
         if dim == _WILDCARD:
             if dynamic_axis != -1:
                 raise InvalidArgumentError(
-                    f"The shape of the raw input '{spec.name}' can not be deduced because there "
-                    "are more than one variable-sized dimension"
+                    f"{_PREFIX}The shape of the raw input '{spec.name}' can not be deduced "
+                    "because there are more than one variable-sized dimension"
                 )
             dynamic_axis = len(shape)
         else:
@@ -64,7 +70,8 @@ def _deduce_shape(
     if datatype == "BYTES":
         if dynamic_axis != -1 or fixed_count != 1:
             raise InvalidArgumentError(
-                f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
+                f"{_PREFIX}For BYTE datatype raw input '{spec.name}', the model must have input "
+                "shape [1]"
             )
     elif dynamic_axis != -1:
         element_bytes = fixed_count * ELEMENT_SIZE[datatype]

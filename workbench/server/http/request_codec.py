@@ -25,7 +25,11 @@ from workbench.core.request import InferRequest
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
-from workbench.server.http.tensor_bytes import deserialize_bytes, tensor_from_buffer
+from workbench.server.http.tensor_bytes import (
+    deserialize_bytes,
+    request_prefix,
+    tensor_from_buffer,
+)
 
 Body = bytes | bytearray | memoryview
 _RESERVED_PREFIX = "triton_"
@@ -122,7 +126,9 @@ def _is_uint(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _decode_inputs(document: dict[str, Any], view: memoryview, offset: int, req: InferRequest) -> int:
+def _decode_inputs(
+    document: dict[str, Any], view: memoryview, offset: int, req: InferRequest
+) -> int:
     """Add each input to ``req``; returns the body offset after the last binary input."""
     if "inputs" not in document:
         raise access_error("inputs", "", member="inputs")
@@ -215,10 +221,10 @@ def _no_shared_memory(region: Any) -> NotFoundError:
 def _binary_array(
     chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str, req: InferRequest
 ) -> np.ndarray:
-    prefix = f"[request id: {req.id}] " if req.id else ""
+    prefix = request_prefix(req.id)
     if datatype == "BYTES":
-        return deserialize_bytes(chunk, shape, f"{prefix}", name, req.model_name)
-    return tensor_from_buffer(chunk, datatype, shape, f"{prefix}", name, req.model_name)
+        return deserialize_bytes(chunk, shape, prefix, name, req.model_name)
+    return tensor_from_buffer(chunk, datatype, shape, prefix, name, req.model_name)
 
 
 def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:

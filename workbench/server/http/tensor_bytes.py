@@ -16,6 +16,11 @@ from workbench.errors import InvalidArgumentError
 _LENGTH = 4
 
 
+def request_prefix(request_id: str) -> str:
+    """What Triton's core puts before its request errors (``InferenceRequest::LogRequest``)."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
 def tensor_from_buffer(
     chunk: memoryview, datatype: str, shape: tuple[int, ...], prefix: str, name: str, model: str
 ) -> np.ndarray:
@@ -94,11 +99,12 @@ def tensor_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
     contiguous = np.ascontiguousarray(array)
     if contiguous.dtype.byteorder == ">":
         contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))
-    return memoryview(contiguous.reshape(-1).view(np.uint8))
+    return contiguous.reshape(-1).view(np.uint8).data
 
 
 __all__ = [
     "as_bytes",
+    "request_prefix",
     "deserialize_bytes",
     "serialize_bytes",
     "tensor_buffer",

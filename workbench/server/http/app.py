@@ -1,0 +1,192 @@
+"""The HTTP front end as one raw ASGI application.
+
+Routing mirrors ``HTTPAPIServer::Handle`` in Triton 2.51 (the same regular expressions in the
+same order), so paths, 404 and 405 answers match Triton's. Everything is a plain ASGI handler:
+no framework sits on the infer path (a FastAPI route there costs ~25% of throughput, see
+ARCHITECTURE.md), and no request can take the server down: every exception becomes an
+``{"error": ...}`` reply with the status of its category.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from workbench.core.inference_core import InferenceCore
+from workbench.errors import InvalidArgumentError
+from workbench.server.http.endpoints import DEFAULT_EXTENSIONS, Endpoints
+from workbench.server.http.inference import InferEndpoint
+from workbench.server.http.messages import NOT_FOUND, HttpRequest, Reply, error_reply
+from workbench.server.log_settings import LogSettings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Triton's ``--http-max-input-size`` default (64 MiB).
+DEFAULT_MAX_INPUT_BYTES = 1 << 26
+
+_MODEL = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_SERVER = re.compile(r"/v2(?:/health/(live|ready))?")
+_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_SHARED_MEMORY = re.compile(
+    r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
+)
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body arrived."""
+
+
+class HttpApp:
+    """ASGI application serving Triton's HTTP/REST protocol from an ``InferenceCore``."""
+
+    def __init__(
+        self,
+        core: InferenceCore,
+        *,
+        max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
+        extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+        log_settings: LogSettings | None = None,
+    ) -> None:
+        self.core = core
+        self.max_input_bytes = max_input_bytes
+        self.log_settings = log_settings or LogSettings()
+        self.infer = InferEndpoint(core, max_input_bytes)
+        self.endpoints = Endpoints(core, extensions, self.log_settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            body = await self._read_body(scope, receive)
+            request = HttpRequest(scope["method"], scope["path"], scope["headers"], body)
+            reply = await self.dispatch(request)
+        except _Disconnected:
+            return
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
+            reply = error_reply(exc)
+        await _send_reply(send, reply)
+
+    async def dispatch(self, req: HttpRequest) -> Reply:
+        """Route one request the way Triton's ``HTTPAPIServer::Handle`` does."""
+        path = req.path
+        if path == "/v2/models/stats":
+            return await self.endpoints.model_stats(req)
+        if path == "/v2/logging":
+            return await self.endpoints.logging(req)
+        match = _MODEL.fullmatch(path)
+        if match is not None:
+            reply = await self._model_route(req, match[1], match[2] or "", match[3] or "")
+            if reply is not None:
+                return reply
+        return await self._server_route(req, path)
+
+    async def _model_route(
+        self, req: HttpRequest, model: str, version: str, kind: str
+    ) -> Reply | None:
+        if kind == "infer":
+            return await self.infer(req, model, version)
+        if kind == "":
+            return await self.endpoints.model_metadata(req, model, version)
+        if kind == "ready":
+            return await self.endpoints.model_ready(req, model, version)
+        if kind == "config":
+            return await self.endpoints.model_config(req, model, version)
+        if kind == "stats":
+            return await self.endpoints.model_stats(req, model, version)
+        if kind.startswith("generate"):
+            return await self.endpoints.generate(req, model, version)
+        # trace/setting: only without a version, else Triton falls through to "Not Found"
+        return None if version else await self.endpoints.trace(req, model)
+
+    async def _server_route(self, req: HttpRequest, path: str) -> Reply:
+        if path == "/v2":
+            return await self.endpoints.server_metadata(req)
+        if (match := _SERVER.fullmatch(path)) is not None:
+            return await self.endpoints.health(req, match[1])
+        if (match := _SHARED_MEMORY.fullmatch(path)) is not None:
+            return await self.endpoints.shared_memory(req, match[1], match[2] or "", match[3])
+        if (match := _REPOSITORY.fullmatch(path)) is not None:
+            repository = match[1] or ""
+            if match[2] == "index":
+                return await self.endpoints.repository_index(req, repository)
+            return await self.endpoints.repository_control(req, repository, match[3], match[4])
+        if path == "/v2/trace/setting":
+            return await self.endpoints.trace(req)
+        return NOT_FOUND
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | bytearray:
+        """The whole body, refused early when it exceeds ``max_input_bytes``."""
+        limit = self.max_input_bytes
+        for key, value in scope["headers"]:
+            if key == b"content-length" and value.isdigit() and int(value) > limit:
+                raise _too_large(int(value), limit)
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if not message.get("more_body", False):
+            return chunk  # the usual case: one chunk, no copy
+        body = bytearray(chunk)
+        while message.get("more_body", False):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            body += message.get("body", b"")
+            if len(body) > limit:
+                raise _too_large(len(body), limit)
+        return body
+
+
+def _too_large(size: int, limit: int) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"Request body has a byte_size ({size} bytes) that exceeds the maximum allowed value of "
+        f"{limit} bytes. Use --http-max-input-size to increase the limit."
+    )
+
+
+async def _send_reply(send: Send, reply: Reply) -> None:
+    headers = [(b"content-length", str(len(reply.body)).encode()), *reply.headers]
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Accept ASGI lifespan events; the core's lifecycle is owned by the hosting code."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def create_app(
+    core: InferenceCore,
+    *,
+    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
+    log_settings: LogSettings | None = None,
+) -> HttpApp:
+    """The ASGI application serving Triton's HTTP/REST API for ``core``.
+
+    ``max_input_bytes`` is tritonserver's ``--http-max-input-size``; ``extensions`` is what
+    ``GET /v2`` advertises (add ``"sequence"`` when the core serves sequence batching);
+    ``log_settings`` is the state ``/v2/logging`` reads and updates.
+    """
+    return HttpApp(
+        core, max_input_bytes=max_input_bytes, extensions=extensions, log_settings=log_settings
+    )
+
+
+__all__ = ["DEFAULT_MAX_INPUT_BYTES", "HttpApp", "create_app"]

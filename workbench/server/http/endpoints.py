@@ -1,0 +1,194 @@
+"""Every HTTP endpoint except ``infer``: health, metadata, config, statistics, repository,
+logging, and Triton's answers for the extensions this server does not implement.
+
+Each handler mirrors its ``HTTPAPIServer::Handle*`` counterpart in Triton 2.51's
+``src/http_server.cc``: methods, status codes, bodies and error texts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from workbench.core.inference_core import InferenceCore
+from workbench.errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
+from workbench.config import to_json_dict as config_to_json
+from workbench.server.http.messages import (
+    EMPTY_OK,
+    METHOD_NOT_ALLOWED,
+    PLAIN_OK,
+    TEXT_TYPE,
+    HttpRequest,
+    Reply,
+    error_text_reply,
+    json_reply,
+)
+from workbench.server.log_settings import LogSettings
+
+#: The extensions this server implements, in Triton's order (``GET /v2``).
+DEFAULT_EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+)
+
+
+class Endpoints:
+    """The non-inference handlers over one ``InferenceCore``."""
+
+    def __init__(
+        self, core: InferenceCore, extensions: tuple[str, ...], log_settings: LogSettings
+    ) -> None:
+        self.core = core
+        self.extensions = extensions
+        self.log_settings = log_settings
+
+    # -- server -----------------------------------------------------------------------------
+    async def server_metadata(self, req: HttpRequest) -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        return json_reply(
+            {
+                "name": self.core.server_name,
+                "version": self.core.server_version,
+                "extensions": list(self.extensions),
+            }
+        )
+
+    async def health(self, req: HttpRequest, kind: str) -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        ok = self.core.live if kind == "live" else self.core.ready
+        return PLAIN_OK if ok else Reply(400, b"", [TEXT_TYPE])
+
+    # -- models -----------------------------------------------------------------------------
+    async def model_ready(self, req: HttpRequest, model: str, version: str) -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        if not self.core.model_ready(model, version):
+            return error_text_reply(400, "Model version not ready")
+        return PLAIN_OK
+
+    async def model_metadata(self, req: HttpRequest, model: str, version: str) -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        return json_reply(self.core.model_metadata(model, version))
+
+    async def model_config(self, req: HttpRequest, model: str, version: str) -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        return json_reply(config_to_json(self.core.model_config(model, version)))
+
+    async def model_stats(self, req: HttpRequest, model: str = "", version: str = "") -> Reply:
+        if req.method != "GET":
+            return METHOD_NOT_ALLOWED
+        return json_reply(self.core.statistics(model, version))
+
+    # -- repository -------------------------------------------------------------------------
+    async def repository_index(self, req: HttpRequest, repository: str) -> Reply:
+        if req.method != "POST":
+            return METHOD_NOT_ALLOWED
+        ready = req.json_object().get("ready", False)
+        if not isinstance(ready, bool):
+            raise InternalError("attempt to access JSON non-boolean as boolean")
+        return json_reply(self.core.repository_index(ready_only=ready))
+
+    async def repository_control(
+        self, req: HttpRequest, repository: str, model: str, action: str
+    ) -> Reply:
+        if req.method != "POST":
+            return METHOD_NOT_ALLOWED
+        if repository:
+            raise UnsupportedError("'repository_name' specification is not supported")
+        params = _parameters(req)
+        if action == "load":
+            config, files = _load_parameters(params)
+            await self.core.load(model, config_json=config, files=files or None)
+        else:
+            await self.core.unload(model, unload_dependents=_unload_dependents(params))
+        return EMPTY_OK
+
+    # -- logging, trace, shared memory, generate -----------------------------------------------
+    async def logging(self, req: HttpRequest) -> Reply:
+        if req.method not in ("GET", "POST"):
+            return METHOD_NOT_ALLOWED
+        if req.method == "POST":
+            changes = req.json()
+            if not isinstance(changes, dict):
+                raise InternalError("attempt to access JSON non-object as object")
+            self.log_settings.update(changes)
+        return json_reply(self.log_settings.to_json())
+
+    async def trace(self, req: HttpRequest, model: str = "") -> Reply:
+        if req.method not in ("GET", "POST"):
+            return METHOD_NOT_ALLOWED
+        # What Triton built without TRITON_ENABLE_TRACING answers; "trace" is not advertised.
+        raise UnavailableError("the server does not support tracing")
+
+    async def shared_memory(self, req: HttpRequest, kind: str, region: str, action: str) -> Reply:
+        expected = "GET" if action == "status" else "POST"
+        if req.method != expected:
+            return METHOD_NOT_ALLOWED
+        if action == "status":
+            return json_reply([])  # no region can be registered, so none is
+        if action == "unregister":
+            return EMPTY_OK
+        if kind == "cuda":
+            raise InvalidArgumentError(
+                f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
+            )
+        raise UnsupportedError("system shared memory is not supported by this server")
+
+    async def generate(self, req: HttpRequest, model: str, version: str) -> Reply:
+        if req.method != "POST":
+            return METHOD_NOT_ALLOWED
+        raise UnsupportedError("the generate extension is not supported by this server")
+
+
+def _parameters(req: HttpRequest) -> dict[str, Any]:
+    params = req.json_object().get("parameters", {})
+    if not isinstance(params, dict):
+        raise InternalError("attempt to get members for non-object")
+    return params
+
+
+def _load_parameters(params: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
+    """``config`` (a JSON string) and ``file:<path>`` (base64) parameters of a load."""
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in params.items():
+        if not isinstance(value, str):
+            raise InternalError("attempt to access JSON non-string as string")
+        if key == "config":
+            config = value
+        elif key.startswith("file:"):
+            files[key] = _base64(key, value)
+        else:
+            raise InternalError("unexpected error on creating Triton parameter")
+    return config, files
+
+
+def _base64(key: str, value: str) -> bytes:
+    try:
+        return base64.b64decode(value)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgumentError(f"parameter '{key}' is not valid base64: {exc}") from None
+
+
+def _unload_dependents(params: dict[str, Any]) -> bool:
+    value = params.get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise InternalError(
+            "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
+        )
+    return value
+
+
+__all__ = ["DEFAULT_EXTENSIONS", "Endpoints"]

@@ -1,0 +1,96 @@
+"""The request and reply objects the HTTP handlers work with (thin views over ASGI)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.errors import InternalError, WorkbenchError
+from workbench.server.http import _json
+from workbench.server.status import error_message, http_status
+
+log = logging.getLogger("workbench.server.http")
+
+Headers = list[tuple[bytes, bytes]]
+JSON_TYPE = (b"content-type", b"application/json")
+#: Triton leaves some replies with evhtp's default type: health, ready, 404/405, early errors.
+TEXT_TYPE = (b"content-type", b"text/plain")
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    """One HTTP request: method, decoded path, raw ASGI headers and the whole body."""
+
+    method: str
+    path: str
+    headers: Headers
+    body: bytes | bytearray = b""
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of header ``name`` (lower case), or ``None``."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def json(self, default: Any = None) -> Any:
+        """The body as JSON; ``default`` when the body is empty."""
+        if not self.body and default is not None:
+            return default
+        return _json.loads(self.body)
+
+    def json_object(self) -> dict[str, Any]:
+        """The body as a JSON object; ``{}`` when empty (Triton's defaults)."""
+        value = self.json(default={})
+        if not isinstance(value, dict):
+            raise InternalError("attempt to access JSON non-object as object")
+        return value
+
+
+@dataclass(slots=True)
+class Reply:
+    """What a handler answers: status, body and extra headers."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Headers = field(default_factory=list)
+
+
+def json_reply(value: Any, status: int = 200, plain: bool = False) -> Reply:
+    """A JSON body, labelled ``application/json`` (``text/plain`` where Triton does so)."""
+    return Reply(status, _json.dumps(value), [TEXT_TYPE if plain else JSON_TYPE])
+
+
+def error_reply(error: BaseException, plain: bool = False) -> Reply:
+    """``{"error": message}`` with the status of the error's category."""
+    status = http_status(error)
+    if not isinstance(error, WorkbenchError):
+        log.exception("unexpected error while serving a request", exc_info=error)
+    return json_reply({"error": error_message(error)}, status, plain)
+
+
+def error_text_reply(status: int, message: str) -> Reply:
+    """An error with a fixed status (Triton's 404 "Not Found", 405 "Method Not Allowed")."""
+    return json_reply({"error": message}, status, plain=True)
+
+
+NOT_FOUND = error_text_reply(404, "Not Found")
+METHOD_NOT_ALLOWED = error_text_reply(405, "Method Not Allowed")
+#: load/unload success: empty, but labelled JSON
+EMPTY_OK = Reply(200, b"", [JSON_TYPE])
+#: health and ready success
+PLAIN_OK = Reply(200, b"", [TEXT_TYPE])
+
+
+__all__ = [
+    "EMPTY_OK",
+    "METHOD_NOT_ALLOWED",
+    "NOT_FOUND",
+    "PLAIN_OK",
+    "HttpRequest",
+    "Reply",
+    "error_reply",
+    "error_text_reply",
+    "json_reply",
+]
