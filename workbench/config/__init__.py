@@ -1,22 +1,21 @@
 """Model configuration through Triton's own protobuf schema."""
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from __future__ import annotations
 
-from workbench.config.defaults import BACKEND_DEFAULTS, detect_backend, fill_defaults
+from workbench.config.defaults import detect_backend, fill_defaults
 from workbench.config.model_config import (
-    backend_name,
+    ModelConfig,
     from_json,
-    is_ensemble,
     parse_pbtxt,
     read_config,
     to_json_dict,
     to_pbtxt,
     write_config,
 )
+from workbench.config.platforms import backend_name, is_ensemble
 from workbench.config.validation import Problem, check, validate
 
 __all__ = [
-    "BACKEND_DEFAULTS",
     "ModelConfig",
     "Problem",
     "backend_name",

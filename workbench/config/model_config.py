@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,20 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import StrPath
+from workbench.config.platforms import backend_name, is_ensemble
 from workbench.errors import ConfigError
+
+__all__ = [
+    "ModelConfig",
+    "backend_name",
+    "from_json",
+    "is_ensemble",
+    "parse_pbtxt",
+    "read_config",
+    "to_json_dict",
+    "to_pbtxt",
+    "write_config",
+]
 
 #: 64-bit integer fields that real Triton 2.51 still prints as JSON strings: its
 #: ``ModelConfigToJson`` fixes a hand-written list of fields and misses these (verified
@@ -157,7 +171,7 @@ def _is_map(field: FieldDescriptor) -> bool:
     return message_type is not None and message_type.GetOptions().map_entry
 
 
-def from_json(data: str | dict[str, Any]) -> ModelConfig:
+def from_json(data: str | Mapping[str, Any]) -> ModelConfig:
     """Parse Triton's JSON form (a string or an already decoded dict) into a ``ModelConfig``.
 
     64-bit integers may be numbers or strings. Unknown fields and bad values raise
@@ -168,11 +182,11 @@ def from_json(data: str | dict[str, Any]) -> ModelConfig:
             data = json.loads(data)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"model configuration is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ConfigError("model configuration JSON must be an object")
     config = ModelConfig()
     try:
-        json_format.ParseDict(data, config)
+        json_format.ParseDict(dict(data), config)
     except json_format.ParseError as exc:
         # The first line says what is wrong; protobuf appends a long list of valid fields.
         first_line = str(exc).splitlines()[0]

@@ -29,9 +29,7 @@ BACKEND_PLATFORMS: dict[str, dict[str, str]] = {
 
 #: platform -> backend (``libtorch`` is Triton's legacy alias of ``pytorch_libtorch``).
 PLATFORM_BACKENDS: dict[str, str] = {
-    platform: backend
-    for backend, platforms in BACKEND_PLATFORMS.items()
-    for platform in platforms
+    platform: backend for backend, platforms in BACKEND_PLATFORMS.items() for platform in platforms
 } | {"libtorch": "pytorch"}
 
 #: Files whose presence in the first version folder tells Triton the backend, in the order
@@ -68,7 +66,7 @@ def version_folders(model_path: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name))
 
 
-def detect_backend(model_path: Path) -> str:
+def backend_from_files(model_path: Path) -> str:
     """The backend Triton infers from the files of the first version folder, or ``""``.
 
     Triton looks only at the first sub-folder in name order and accepts ``model.onnx`` as a

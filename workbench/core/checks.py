@@ -72,11 +72,13 @@ class RequestChecker:
         unknown = [name for name in request.inputs if name not in self.inputs]
         if missing or (unknown and len(request.inputs) != len(self.required)):
             got = ",".join(f"'{n}'" for n in sorted(request.inputs))
-            want = ",".join(f"'{n}'" for n in missing)
+            # Triton 2.51 prints "missing required input(s) ]" when none is missing (its join
+            # drops the bracket); mirrored so that clients matching the text see the same.
+            want = "[" + ",".join(f"'{n}'" for n in missing) if missing else ""
             raise InvalidArgumentError(
                 f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs "
                 f"for model '{self.model}'. Got input(s) [{got}], but missing required "
-                f"input(s) [{want}]. Please provide all required input(s)."
+                f"input(s) {want}]. Please provide all required input(s)."
             )
         if unknown:
             raise InvalidArgumentError(

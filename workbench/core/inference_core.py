@@ -281,7 +281,7 @@ class InferenceCore:
             return [{"name": name}]
         if record.versions:
             return [
-                {"name": name, "version": str(v), "state": "READY", "reason": ""}
+                {"name": name, "version": str(v), "state": "READY"}
                 for v in sorted(record.versions)
             ]
         return [{"name": name, "state": record.state.value, "reason": record.reason}]

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -64,6 +65,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _UvicornServer(uvicorn.Server):
+    """uvicorn without its own signal handling: ours drains and exits 0 (uvicorn re-raises)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class Server:
     """A Triton-compatible inference server for one model repository.
 
@@ -109,15 +118,15 @@ class Server:
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
+        self._bound_port = 0
         self._started = threading.Event()
         self._error: BaseException | None = None
 
     # -- properties ----------------------------------------------------------------------------
     @property
     def http_port(self) -> int:
-        if self._socket is None:
-            return self.options.http_port
-        return int(self._socket.getsockname()[1])
+        """The port listened on (the ephemeral one once started with ``http_port=0``)."""
+        return self._bound_port or self.options.http_port
 
     @property
     def url(self) -> str:
@@ -140,7 +149,7 @@ class Server:
         """Start in a background thread; return once models are loaded and HTTP accepts."""
         if self._thread is not None:
             raise UnavailableError("server already started")
-        self._socket = bind_socket(self.options.host, self.options.http_port)
+        self._bind()
         self._thread = threading.Thread(
             target=self._thread_main, name="workbench-server", daemon=True
         )
@@ -176,6 +185,10 @@ class Server:
     ) -> None:
         self.stop()
 
+    def _bind(self) -> None:
+        self._socket = bind_socket(self.options.host, self.options.http_port)
+        self._bound_port = int(self._socket.getsockname()[1])
+
     def _thread_main(self) -> None:
         loop = new_event_loop()
         self.loop = loop
@@ -184,19 +197,33 @@ class Server:
         except BaseException as exc:  # noqa: BLE001 - reported to the caller of start()
             self._error = exc
         finally:
+            self._close_socket()
             self._started.set()
             loop.close()
+
+    def _close_socket(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
     # -- foreground hosting --------------------------------------------------------------------
     def serve_forever(self) -> None:
         """Serve in the calling (main) thread; SIGINT/SIGTERM drain requests, then exit."""
-        self._socket = bind_socket(self.options.host, self.options.http_port)
+        self._bind()
         loop = new_event_loop()
         self.loop = loop
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._request_exit)
         try:
             loop.run_until_complete(self._serve())
         finally:
+            self._close_socket()
             loop.close()
+
+    def _request_exit(self) -> None:
+        log.info("signal received: draining in-flight requests, then exiting")
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
 
     async def _serve(self) -> None:
         core = InferenceCore(self.model_repository, self.options.core)
@@ -212,16 +239,13 @@ class Server:
                 timeout_graceful_shutdown=int(self.options.exit_timeout_secs),
                 http="httptools",
             )
-            self._uvicorn = uvicorn.Server(config)
+            self._uvicorn = _UvicornServer(config)
             assert self._socket is not None
             serving = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
             await self._wait_started(serving)
             await serving
         finally:
             await core.stop(self.options.exit_timeout_secs)
-            with contextlib.suppress(OSError):
-                if self._socket is not None:
-                    self._socket.close()
 
     async def _wait_started(self, serving: asyncio.Task[None]) -> None:
         assert self._uvicorn is not None
@@ -229,5 +253,6 @@ class Server:
             await asyncio.sleep(0.005)
         if serving.done() and serving.exception() is not None:
             raise WorkbenchError(f"HTTP server failed to start: {serving.exception()}")
-        log.info("serving HTTP on %s", self.url)
+        # tritonserver's wording, so scripts that wait for this line keep working.
+        log.info("Started HTTPService at %s:%d", self.options.host, self.http_port)
         self._started.set()

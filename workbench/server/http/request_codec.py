@@ -278,12 +278,19 @@ _ACCEPTED_KINDS = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}
 _KIND_ERRORS = {"b": NON_BOOL, "u": NON_UINT, "i": "non-signed-integer as signed-integer"}
 
 
+def _parse_numbers(flat: list[Any], dtype: np.dtype) -> np.ndarray:
+    try:
+        if dtype.kind == "u" and all(type(v) is int and v >= 0 for v in flat):
+            # numpy would turn ints above 2**63 into float64 and lose UINT64 precision.
+            return np.asarray(flat, dtype=np.uint64)
+        return np.asarray(flat)
+    except (ValueError, OverflowError):
+        return np.asarray(flat, dtype=np.object_)
+
+
 def _json_numbers(flat: list[Any], datatype: str) -> np.ndarray:
     dtype = WIRE_TO_NUMPY[datatype]
-    try:
-        parsed = np.asarray(flat)
-    except (ValueError, OverflowError):
-        parsed = np.asarray(flat, dtype=np.object_)
+    parsed = _parse_numbers(flat, dtype)
     ok = parsed.dtype.kind in _ACCEPTED_KINDS[dtype.kind]
     if ok and dtype.kind == "u" and parsed.dtype.kind == "i":
         ok = bool((parsed >= 0).all())

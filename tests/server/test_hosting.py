@@ -1,0 +1,71 @@
+"""Background hosting: start/stop, ephemeral ports, errors raised in the caller."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from tests.core.conftest import write_add_model
+from workbench.errors import UnavailableError, WorkbenchError
+from workbench.server.hosting import Server
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    write_add_model(root, "add")
+    return root
+
+
+def test_background_server_serves_and_stops(repo: Path) -> None:
+    server = Server(repo, http_port=0)
+    with server:
+        assert server.http_port > 0 and server.url == f"http://127.0.0.1:{server.http_port}"
+        assert requests.get(f"{server.url}/v2/health/ready", timeout=5).status_code == 200
+        body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                            "data": [1, 2, 3, 4]}]}
+        reply = requests.post(f"{server.url}/v2/models/add/infer", json=body, timeout=5)
+        assert reply.json()["outputs"][0]["data"] == [2, 3, 4, 5]
+        assert threading.current_thread() is threading.main_thread()
+    assert not server.running
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{server.url}/v2/health/live", timeout=2)
+
+
+def test_port_in_use_is_raised_in_the_caller(repo: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        port = holder.getsockname()[1]
+        with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}"):
+            Server(repo, http_port=port).start()
+    finally:
+        holder.close()
+
+
+def test_bad_repository_is_raised_in_the_caller(tmp_path: Path) -> None:
+    with pytest.raises(WorkbenchError, match="does-not-exist"):
+        Server(tmp_path / "does-not-exist", http_port=0).start()
+
+
+def test_tritonclient_http_unchanged(repo: Path) -> None:
+    import tritonclient.http as httpclient
+
+    with Server(repo, http_port=0) as server:
+        client = httpclient.InferenceServerClient(server.http_address)
+        try:
+            assert client.is_server_live() and client.is_model_ready("add")
+            tensor = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+            tensor.set_data_from_numpy(np.ones((2, 4), np.float32), binary_data=True)
+            result = client.infer("add", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((2, 4), 2.0))
+            stats = client.get_inference_statistics("add")["model_stats"][0]
+            assert stats["inference_count"] == 2
+        finally:
+            client.close()
