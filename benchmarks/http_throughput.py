@@ -51,6 +51,9 @@ MODEL = "add_one"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 TRITON = "triton 2.51"
 WORKBENCH = "workbench"
+STRICT_STABILITY = 10  # perf_analyzer's default --stability-percentage
+LOOSE_STABILITY = 25
+LOOSE_MARK = " †"
 _LABELS = {"triton": TRITON, "workbench": WORKBENCH}
 
 
@@ -61,6 +64,7 @@ class Measurement:
     concurrency: int
     infer_per_s: float | None = None
     p99_ms: float | None = None
+    stability_pct: int = 10
     error: str | None = None
 
 
@@ -90,10 +94,22 @@ def parse_perf_csv(text: str) -> tuple[float, float]:
 
 
 def measure(peers: Peers, url: str, concurrency: int, measurement_ms: int) -> Measurement:
-    """Run perf_analyzer once at ``concurrency``; a failure is recorded, not raised."""
+    """perf_analyzer at ``concurrency``; one retry with a looser stability criterion."""
+    measurement = _measure_once(peers, url, concurrency, measurement_ms, STRICT_STABILITY)
+    if measurement.error and "stable measurement" in measurement.error:
+        measurement = _measure_once(peers, url, concurrency, measurement_ms, LOOSE_STABILITY)
+    return measurement
+
+
+def _measure_once(
+    peers: Peers, url: str, concurrency: int, measurement_ms: int, stability_pct: int
+) -> Measurement:
+    """Run perf_analyzer once; a failure is recorded, not raised."""
     with tempfile.TemporaryDirectory(prefix="perf-") as folder:
         csv_path = Path(folder) / "perf.csv"
-        extra = ["--percentile=99", "-f", str(csv_path)]
+        # Stabilize on the average (perf_analyzer's default): stabilizing on p99 rarely
+        # converges on 2 cores. The CSV reports p99 either way.
+        extra = ["-f", str(csv_path), f"--stability-percentage={stability_pct}"]
         rc, output = run_perf_analyzer(
             MODEL,
             url,
@@ -105,9 +121,10 @@ def measure(peers: Peers, url: str, concurrency: int, measurement_ms: int) -> Me
             timeout_s=30 + 12 * measurement_ms / 1000,
         )
         if rc != 0 or not csv_path.exists():
-            return Measurement(concurrency, error=f"perf_analyzer exit {rc}: {output[-2000:]}")
+            error = f"perf_analyzer exit {rc}: {output[-2000:]}"
+            return Measurement(concurrency, stability_pct=stability_pct, error=error)
         infer_per_s, p99_ms = parse_perf_csv(csv_path.read_text())
-    return Measurement(concurrency, infer_per_s=infer_per_s, p99_ms=p99_ms)
+    return Measurement(concurrency, infer_per_s, p99_ms, stability_pct)
 
 
 def measure_all(
@@ -122,7 +139,10 @@ def measure_all(
 def _describe(measurement: Measurement) -> str:
     if measurement.error is not None:
         return f"FAILED ({measurement.error.strip().splitlines()[-1]})"
-    return f"{measurement.infer_per_s:,.0f} infer/s, p99 {measurement.p99_ms:.2f} ms"
+    text = f"{measurement.infer_per_s:,.0f} infer/s, p99 {measurement.p99_ms:.2f} ms"
+    if measurement.stability_pct != STRICT_STABILITY:
+        text += f" (stability {measurement.stability_pct}%)"
+    return text
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -259,9 +279,13 @@ def format_table(results: Sequence[ServerResult], concurrencies: Sequence[int]) 
         cells = [result.server]
         for c in concurrencies:
             m = result.at(c) or Measurement(c)
-            cells += [_cell(m.infer_per_s, 0), _cell(m.p99_ms, 2)]
+            mark = LOOSE_MARK if m.stability_pct != STRICT_STABILITY else ""
+            cells += [_cell(m.infer_per_s, 0) + mark, _cell(m.p99_ms, 2) + mark]
         lines.append("| " + " | ".join(cells) + " |")
     lines += _ratio_row(results, concurrencies)
+    if LOOSE_MARK in "".join(lines):
+        lines += ["", f"{LOOSE_MARK} unstable at {STRICT_STABILITY}%: measured with "
+                  f"`--stability-percentage={LOOSE_STABILITY}`"]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -331,7 +355,7 @@ def write_markdown(
         f"# HTTP throughput: Triton {TRITON_VERSION} vs workbench\n\n"
         f"Model `{MODEL}` from `tests/assets/conformance_repo` (Python backend, dynamic "
         f"batching), perf_analyzer over HTTP, `--measurement-interval={measurement_ms}`, "
-        f"`--percentile=99`; servers run one at a time.\n\n{table}\n\n## Machine\n\n{machine}\n"
+        f"p99 from its CSV; servers run one at a time.\n\n{table}\n\n## Machine\n\n{machine}\n"
     )
     if errors:
         text += f"\n## Errors\n\n{errors}\n"

@@ -112,6 +112,14 @@ def test_write_config_is_atomic_and_keeps_a_backup(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pbtxt", "config.pbtxt.bak"]
 
 
+def test_write_config_keeps_the_file_mode(tmp_path: Path) -> None:
+    path = tmp_path / "config.pbtxt"
+    path.write_text('name: "old"\n')
+    path.chmod(0o640)
+    write_config(parse_pbtxt('name: "new"'), path)
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
 def test_write_config_without_backup(tmp_path: Path) -> None:
     path = tmp_path / "config.pbtxt"
     write_config(parse_pbtxt('name: "a"'), path, backup=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +31,9 @@ def client(example_server: Server) -> Iterator[httpclient.InferenceServerClient]
     client.close()
 
 
-def _input(name: str, array: np.ndarray, datatype: str, binary: bool = True) -> httpclient.InferInput:
+def _input(
+    name: str, array: np.ndarray, datatype: str, binary: bool = True
+) -> httpclient.InferInput:
     tensor = httpclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array, binary_data=binary)
     return tensor
@@ -40,9 +41,17 @@ def _input(name: str, array: np.ndarray, datatype: str, binary: bool = True) -> 
 
 def test_every_example_model_is_ready(client: httpclient.InferenceServerClient) -> None:
     index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
-    assert index == {name: "READY" for name in (
-        "linear_onnx", "linear_torchscript", "postprocess", "preprocess", "text_classifier",
-        "text_python")}
+    assert index == {
+        name: "READY"
+        for name in (
+            "linear_onnx",
+            "linear_torchscript",
+            "postprocess",
+            "preprocess",
+            "text_classifier",
+            "text_python",
+        )
+    }
     assert client.is_server_ready()
 
 
@@ -74,12 +83,15 @@ def test_ensemble_classifies_text(client: httpclient.InferenceServerClient) -> N
 
 
 @pytest.mark.slow
-def test_perf_analyzer_runs_against_embedded_server(
-    example_server: Server, peers: Peers
-) -> None:
+def test_perf_analyzer_runs_against_embedded_server(example_server: Server, peers: Peers) -> None:
     code, output = run_perf_analyzer(
-        "text_python", example_server.http_address, protocol="http", concurrency=2,
-        measurement_ms=1000, extra_args=["--string-data=hello"], peers=peers,
+        "text_python",
+        example_server.http_address,
+        protocol="http",
+        concurrency=2,
+        measurement_ms=1000,
+        extra_args=["--string-data=hello"],
+        peers=peers,
     )
     assert code == 0, output
     assert "Server:" in output and "Inference count" in output

@@ -17,12 +17,12 @@ from tritonclient.utils import serialize_bf16_tensor, serialize_byte_tensor
 
 from tests.server.fake_core import FakeCore
 from workbench._types import Tensor
+from workbench.config import to_json_dict as config_to_json
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError, UnsupportedError
 from workbench.server.classification import classify
 from workbench.server.http import compression
-from workbench.config import to_json_dict as config_to_json
 from workbench.server.http.raw_request import decode_raw_request
 from workbench.server.http.request_codec import decode_infer_request, parse_header_length
 from workbench.server.http.response_codec import encode_infer_response

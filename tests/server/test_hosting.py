@@ -27,8 +27,11 @@ def test_background_server_serves_and_stops(repo: Path) -> None:
     with server:
         assert server.http_port > 0 and server.url == f"http://127.0.0.1:{server.http_port}"
         assert requests.get(f"{server.url}/v2/health/ready", timeout=5).status_code == 200
-        body = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
-                            "data": [1, 2, 3, 4]}]}
+        body = {
+            "inputs": [
+                {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+            ]
+        }
         reply = requests.post(f"{server.url}/v2/models/add/infer", json=body, timeout=5)
         assert reply.json()["outputs"][0]["data"] == [2, 3, 4, 5]
         assert threading.current_thread() is threading.main_thread()

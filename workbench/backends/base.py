@@ -11,12 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Parameters, Tensor
 from workbench.errors import WorkbenchError
-
-ModelConfig = model_config_pb2.ModelConfig
 
 
 class ExecRequest(Protocol):

@@ -36,8 +36,9 @@ __all__ = [
 ]
 
 #: 64-bit integer fields that real Triton 2.51 still prints as JSON strings: its
-#: ``ModelConfigToJson`` fixes a hand-written list of fields and misses these (verified
-#: against tritonserver 2.51 ``GET /v2/models/{m}/config``).
+#: ``ModelConfigToJson`` fixes a hand-written list of fields and misses these. The first is
+#: verified against tritonserver 2.51 ``GET /v2/models/{m}/config``; the rest are read from
+#: that function's source (core/src/model_config_utils.cc).
 TRITON_STRING_INT64_FIELDS = frozenset(
     {
         "sequence_batching.state.initial_state.dims",
@@ -118,12 +119,24 @@ def write_config(config: ModelConfig, path: StrPath, *, backup: bool = True) -> 
             tmp.write(to_pbtxt(config))
             tmp.flush()
             os.fsync(tmp.fileno())
+        os.chmod(tmp_name, _file_mode(path))
         if backup and path.exists():
             shutil.copy2(path, path.with_name(path.name + ".bak"))
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def _file_mode(path: Path) -> int:
+    """Keep the mode of the file being replaced (``mkstemp`` makes 0o600); new files get 0o644.
+
+    Reading the umask would mean setting it, which races with other threads.
+    """
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o644
 
 
 def to_json_dict(config: ModelConfig) -> dict[str, Any]:
@@ -153,7 +166,7 @@ def _fix_field(value: Any, field: FieldDescriptor, path: str) -> Any:
     if _is_map(field):
         value_field = field.message_type.fields_by_name["value"]
         return {key: _fix_value(item, value_field, path) for key, item in value.items()}
-    if field.label == FieldDescriptor.LABEL_REPEATED:
+    if _is_repeated(field):
         return [_fix_value(item, field, path) for item in value]
     return _fix_value(value, field, path)
 
@@ -164,6 +177,14 @@ def _fix_value(value: Any, field: FieldDescriptor, path: str) -> Any:
     if field.type in _INT64_TYPES and path not in TRITON_STRING_INT64_FIELDS:
         return int(value)
     return value
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    # protobuf >= 5.29 has ``is_repeated`` and 7 dropped ``label``; older ones only ``label``.
+    is_repeated = getattr(field, "is_repeated", None)
+    if is_repeated is not None:
+        return bool(is_repeated)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _is_map(field: FieldDescriptor) -> bool:

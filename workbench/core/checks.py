@@ -9,15 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
 from workbench.config.dtypes import config_to_wire
 from workbench.core.request import InferRequest
 from workbench.errors import InvalidArgumentError
-
-ModelConfig = model_config_pb2.ModelConfig
-
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
 from workbench.core.checks import RequestChecker
@@ -20,7 +20,6 @@ from workbench.core.request import InferRequest, InferResponse
 from workbench.core.statistics import ModelStatistics, RequestTimes
 from workbench.errors import InternalError, WorkbenchError
 
-ModelConfig = model_config_pb2.ModelConfig
 #: (model name, version string) -> the serving version; raises like the server does
 Resolver = Callable[[str, str], ServingModel]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
 from workbench._types import Parameters, StrPath, Tensor
@@ -30,7 +30,6 @@ from workbench.errors import (
 )
 from workbench.repository import ModelRepository, diff_snapshots
 
-ModelConfig = model_config_pb2.ModelConfig
 log = logging.getLogger("workbench.core")
 
 #: The Triton release whose behaviour (and reported version) the embedded server mirrors.
@@ -281,8 +280,7 @@ class InferenceCore:
             return [{"name": name}]
         if record.versions:
             return [
-                {"name": name, "version": str(v), "state": "READY"}
-                for v in sorted(record.versions)
+                {"name": name, "version": str(v), "state": "READY"} for v in sorted(record.versions)
             ]
         return [{"name": name, "state": record.state.value, "reason": record.reason}]
 

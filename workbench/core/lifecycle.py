@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
 from workbench.backends import backend_for, get_backend
@@ -28,8 +29,6 @@ from workbench.errors import (
     WorkbenchError,
 )
 from workbench.repository import ModelRepository
-
-ModelConfig = model_config_pb2.ModelConfig
 
 
 class ModelState(str, enum.Enum):

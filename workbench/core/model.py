@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult, ModelInstance
@@ -16,8 +16,6 @@ from workbench.core.instances import InstancePool
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.statistics import ModelStatistics, RequestTimes
 from workbench.errors import InternalError, WorkbenchError
-
-ModelConfig = model_config_pb2.ModelConfig
 
 
 class ServingModel(Protocol):

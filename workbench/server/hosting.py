@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import signal
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field

@@ -11,9 +11,9 @@ import base64
 import binascii
 from typing import Any
 
+from workbench.config import to_json_dict as config_to_json
 from workbench.core.inference_core import InferenceCore
 from workbench.errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
-from workbench.config import to_json_dict as config_to_json
 from workbench.server.http.messages import (
     EMPTY_OK,
     METHOD_NOT_ALLOWED,
