@@ -284,7 +284,7 @@ def format_table(results: Sequence[ServerResult], concurrencies: Sequence[int]) 
         lines.append("| " + " | ".join(cells) + " |")
     lines += _ratio_row(results, concurrencies)
     if LOOSE_MARK in "".join(lines):
-        lines += ["", f"{LOOSE_MARK} unstable at {STRICT_STABILITY}%: measured with "
+        lines += ["", f"{LOOSE_MARK.strip()} unstable at {STRICT_STABILITY}%: measured with "
                   f"`--stability-percentage={LOOSE_STABILITY}`"]  # fmt: skip
     return "\n".join(lines)
 
@@ -305,6 +305,8 @@ def machine_info() -> dict[str, str]:
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "nproc": str(os.cpu_count()),
+        # Other work on a 2-core machine skews everything: record it next to the numbers.
+        "loadavg_at_start": " ".join(f"{load:.2f}" for load in os.getloadavg()),
         "cpu": _cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),

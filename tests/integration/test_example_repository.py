@@ -90,7 +90,13 @@ def test_perf_analyzer_runs_against_embedded_server(example_server: Server, peer
         protocol="http",
         concurrency=2,
         measurement_ms=1000,
-        extra_args=["--string-data=hello"],
+        extra_args=[
+            "--string-data=hello",
+            # This checks that a run completes with server-side statistics; on a busy 2-core CI
+            # machine the default 10% stability criterion can fail, so it is loosened here.
+            "--stability-percentage=100",
+            "--max-trials=20",
+        ],
         peers=peers,
     )
     assert code == 0, output
