@@ -7,6 +7,7 @@ Status codes must be identical; bodies identical after removing what varies by r
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,32 @@ def test_statistics_have_tritons_shape(
         assert entry["inference_count"] >= 1 and entry["execution_count"] >= 1
         shapes.append(_keys(body))
     assert shapes[0] == shapes[1]
+
+
+def test_unload_and_reload_like_real_triton(
+    real_triton: TritonServerProcess, embedded_server: Server
+) -> None:
+    """The repository API round trip (index after unload, infer on an unloaded model)."""
+    unload = Case("unload", "POST", "/v2/repository/models/echo_bytes/unload", b"")
+    load = Case("load", "POST", "/v2/repository/models/echo_bytes/load", b"")
+    index = Case("index", "POST", "/v2/repository/index", b"")
+    infer = Case(
+        "infer",
+        "POST",
+        "/v2/models/echo_bytes/infer",
+        {"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "BYTES", "data": ["ab"]}]},
+    )
+    answers = []
+    for server in (real_triton, embedded_server):
+        port = _port(server)
+        steps = [send(port, unload)]
+        deadline = time.monotonic() + 10
+        while any(e.get("state") == "UNLOADING" for e in send(port, index)["body"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        steps += [send(port, index), send(port, infer), send(port, load), send(port, infer)]
+        answers.append([(s["status"], s["body"]) for s in steps])
+    assert answers[1] == answers[0]
 
 
 def _keys(body: Any) -> Any:

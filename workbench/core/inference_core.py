@@ -282,7 +282,13 @@ class InferenceCore:
             return [
                 {"name": name, "version": str(v), "state": "READY"} for v in sorted(record.versions)
             ]
-        return [{"name": name, "state": record.state.value, "reason": record.reason}]
+        state, reason = record.state.value, record.reason
+        if record.retired:
+            return [
+                {"name": name, "version": str(v), "state": state, "reason": reason}
+                for v in record.retired
+            ]
+        return [{"name": name, "state": state, "reason": reason}]
 
     def _require_model_control(self) -> None:
         if self.options.control_mode != "explicit":

@@ -47,6 +47,8 @@ class ModelRecord:
     reason: str = ""
     config: ModelConfig | None = None
     versions: dict[int, ServingModel] = field(default_factory=dict)
+    #: versions that served before an unload; Triton keeps listing them as UNAVAILABLE
+    retired: list[int] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -134,6 +136,7 @@ class ModelManager:
             return  # Triton treats unloading an unknown model as success
         async with record.lock:
             old = list(record.versions.values())
+            record.retired = sorted(record.versions) or record.retired
             record.versions = {}
             record.state = ModelState.UNLOADING if old else ModelState.UNAVAILABLE
             await self._retire(old)
