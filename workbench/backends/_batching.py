@@ -7,13 +7,12 @@ dimension 0, runs the model once and hands each request back its own slice of ev
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
-from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
+from workbench.backends.base import ExecRequest, ExecResult
 from workbench.config.dtypes import config_to_wire, numpy_dtype, wire_from_numpy
 from workbench.errors import InvalidArgumentError, WorkbenchError
 
@@ -125,44 +124,6 @@ def results_from_batch(
     return results
 
 
-@dataclass(slots=True)
-class Reshapes:
-    """Per tensor name, the shape (batch dimension excluded) to give it before use.
-
-    ``inputs``: the config's ``reshape`` (what the model expects); ``outputs``: the config's
-    ``dims`` of outputs that have a ``reshape`` (what the client expects).
-    """
-
-    inputs: dict[str, list[int]] = field(default_factory=dict)
-    outputs: dict[str, list[int]] = field(default_factory=dict)
-
-
-def config_reshapes(config: ModelConfig) -> Reshapes:
-    """The ``reshape`` entries of a model configuration."""
-    reshapes = Reshapes()
-    for tensor in config.input:
-        if tensor.HasField("reshape"):
-            reshapes.inputs[tensor.name] = list(tensor.reshape.shape)
-    for tensor in config.output:
-        if tensor.HasField("reshape"):
-            reshapes.outputs[tensor.name] = list(tensor.dims)
-    return reshapes
-
-
-def apply_reshapes(
-    arrays: dict[str, np.ndarray], shapes: dict[str, list[int]], batched: bool
-) -> dict[str, np.ndarray]:
-    """``arrays`` with those named in ``shapes`` reshaped (keeping dimension 0 if ``batched``)."""
-    if not shapes:
-        return arrays
-    out = dict(arrays)
-    for name, shape in shapes.items():
-        if name in out:
-            lead = (out[name].shape[0],) if batched else ()
-            out[name] = out[name].reshape(lead + tuple(shape))
-    return out
-
-
 #: runs the model on ``arrays`` for ``requests`` (``sizes``: rows per request, None unbatched)
 BatchRunner = Callable[
     [Sequence[ExecRequest], dict[str, np.ndarray], "list[int] | None"], list[ExecResult]
@@ -190,11 +151,3 @@ def execute_batched(
         return results
     except WorkbenchError as exc:
         return fail_all(len(requests), exc)
-
-
-def config_of(context: InstanceContext) -> ModelConfig:
-    """``context.config``, typed through the protobuf class itself.
-
-    (``base.ModelConfig`` is a module-level alias, which mypy does not accept as a type.)
-    """
-    return context.config

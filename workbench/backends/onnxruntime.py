@@ -15,9 +15,6 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.backends._batching import (
-    apply_reshapes,
-    config_of,
-    config_reshapes,
     declared_output_types,
     execute_batched,
     fail_all,
@@ -163,7 +160,7 @@ def _providers(context: InstanceContext) -> list[Any]:
         )
     device = {"device_id": context.device_id}
     providers: list[Any] = []
-    accelerators = config_of(context).optimization.execution_accelerators.gpu_execution_accelerator
+    accelerators = context.config.optimization.execution_accelerators.gpu_execution_accelerator
     wants_trt = any(acc.name == "tensorrt" for acc in accelerators)
     if wants_trt and "TensorrtExecutionProvider" in available:
         providers.append(("TensorrtExecutionProvider", device))
@@ -194,13 +191,12 @@ class OnnxRuntimeInstance:
     def __init__(self, context: InstanceContext, session: Any) -> None:
         self.context = context
         self.session = session
-        self._max_batch_size = config_of(context).max_batch_size
+        self._max_batch_size = context.config.max_batch_size
         self._input_types = {name: wire for name, wire, _ in _tensor_infos(session.get_inputs())}
-        configured = [out.name for out in config_of(context).output]
+        configured = [out.name for out in context.config.output]
         graph = [arg.name for arg in session.get_outputs()]
         self._output_names = [n for n in graph if n in configured] if configured else graph
-        self._declared = declared_output_types(config_of(context))
-        self._reshapes = config_reshapes(context.config)
+        self._declared = declared_output_types(context.config)
 
     def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """Run the session once for the whole batch (or once per request when unbatched)."""
@@ -213,7 +209,7 @@ class OnnxRuntimeInstance:
         sizes: list[int] | None,
     ) -> list[ExecResult]:
         try:
-            arrays = apply_reshapes(arrays, self._reshapes.inputs, self._max_batch_size > 0)
+            # The core has already applied the config's input `reshape` (as Triton's core does).
             feeds = {name: self._feed(name, array) for name, array in arrays.items()}
             values = self.session.run(self._output_names, feeds)
         except WorkbenchError as exc:
@@ -224,7 +220,6 @@ class OnnxRuntimeInstance:
             )
             return fail_all(len(requests), error)
         outputs = dict(zip(self._output_names, values, strict=True))
-        outputs = apply_reshapes(outputs, self._reshapes.outputs, self._max_batch_size > 0)
         return results_from_batch(requests, outputs, self._declared, sizes)
 
     def _feed(self, name: str, array: np.ndarray) -> np.ndarray:

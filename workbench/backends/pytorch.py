@@ -17,7 +17,6 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import TYPE_BF16, ModelConfig
 
 from workbench.backends._batching import (
-    config_of,
     declared_output_types,
     execute_batched,
     fail_all,
@@ -82,7 +81,7 @@ class PyTorchBackend:
     def create_instance(self, context: InstanceContext) -> PyTorchInstance:
         """``torch.jit.load`` the model onto the instance's device."""
         torch = _torch()
-        name = config_of(context).default_model_filename or self.default_model_filename
+        name = context.config.default_model_filename or self.default_model_filename
         path = context.version_path / name
         if not path.is_file():
             raise UnavailableError(f"model '{context.model_name}': unable to find '{path}'")
@@ -123,7 +122,7 @@ class PyTorchInstance:
     """One loaded TorchScript module on one device."""
 
     def __init__(self, context: InstanceContext, module: Any, device: Any) -> None:
-        config = config_of(context)
+        config = context.config
         self.context = context
         self.module = module
         self.device = device
@@ -167,7 +166,7 @@ class PyTorchInstance:
         return args
 
     def _is_bf16_input(self, name: str) -> bool:
-        config_input = next(i for i in config_of(self.context).input if i.name == name)
+        config_input = next(i for i in self.context.config.input if i.name == name)
         return bool(config_input.data_type == TYPE_BF16)
 
     def _to_torch(self, array: np.ndarray, *, bf16: bool) -> Any:

@@ -16,7 +16,6 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.backends._batching import (
-    config_of,
     declared_output_types,
     execute_batched,
     fail_all,
@@ -104,8 +103,8 @@ class TensorRTInstance:
         is_input = [engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names]
         self._inputs = [n for n, flag in zip(names, is_input, strict=True) if flag]
         self._outputs = [n for n, flag in zip(names, is_input, strict=True) if not flag]
-        self._declared = declared_output_types(config_of(context))
-        self._max_batch_size = config_of(context).max_batch_size
+        self._declared = declared_output_types(context.config)
+        self._max_batch_size = context.config.max_batch_size
 
     def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """Run the engine once for the whole batch (or once per request when unbatched)."""

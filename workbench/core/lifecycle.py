@@ -159,11 +159,7 @@ class ModelManager:
         config = await asyncio.to_thread(self._prepare_config, name, override, model_path)
         available = self.repository.available_versions_at(model_path)
         versions = self.repository.select_versions(config, available)
-        if not versions:
-            raise UnavailableError(
-                f"failed to load '{name}': at least one version must be available under the "
-                f"version policy of model '{name}'"
-            )
+        # select_versions raises when the policy leaves no version, so `versions` is non-empty.
         built: dict[int, ServingModel] = {}
         try:
             for version in versions:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from workbench.backends._batching import config_of, declared_output_types, fail_all
+from workbench.backends._batching import declared_output_types, fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
 from workbench.backends.python import pb_utils
 from workbench.backends.python._bridge import to_pb_request, to_result
@@ -57,7 +57,7 @@ class PythonBackend:
 
     def create_instance(self, context: InstanceContext) -> PythonModelInstance:
         """Import ``model.py``, build ``TritonPythonModel`` and call its ``initialize``."""
-        config = config_of(context)
+        config = context.config
         if config.model_transaction_policy.decoupled:
             raise UnsupportedError(
                 f"model '{context.model_name}': decoupled python models are not supported yet"
@@ -118,8 +118,8 @@ class PythonModelInstance:
         self._scope = scope
         self._model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._outputs = [out.name for out in config_of(context).output]
-        self._declared = declared_output_types(config_of(context))
+        self._outputs = [out.name for out in context.config.output]
+        self._declared = declared_output_types(context.config)
 
     @contextlib.contextmanager
     def _entered(self) -> Iterator[None]:
