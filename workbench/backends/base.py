@@ -6,7 +6,7 @@ The core owns scheduling, threads and statistics; a backend only computes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +25,9 @@ class ExecRequest(Protocol):
     #: names of the outputs the client asked for; ``None`` means all of them.
     requested_outputs: list[str] | None
     parameters: Parameters
+    #: Set only for requests to decoupled models: every response goes through it (and
+    #: whatever ``execute`` returns for such a request is ignored). See ``ResponseSender``.
+    respond: ResponseSender | None
 
 
 @dataclass(slots=True)
@@ -34,6 +37,12 @@ class ExecResult:
     outputs: list[Tensor] = field(default_factory=list)
     error: WorkbenchError | None = None
     parameters: Parameters = field(default_factory=dict)
+
+
+#: ``respond(result, final)`` sends one response of a decoupled request from any thread.
+#: ``result`` may be ``None`` when ``final`` is True (Triton's "complete, no response" flag).
+#: Exactly one call has ``final=True``; it ends the request's stream.
+ResponseSender = Callable[[ExecResult | None, bool], None]
 
 
 class InferenceClient(Protocol):

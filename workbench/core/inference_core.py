@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -20,7 +20,8 @@ from workbench import config as cfg
 from workbench._types import Parameters, StrPath, Tensor
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
-from workbench.core.model import model_metadata
+from workbench.core.model import BackendModel, model_metadata
+from workbench.core.rate_limiter import RateLimiter
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import (
     InternalError,
@@ -55,6 +56,12 @@ class CoreOptions:
     config_name: str | None = None
     #: number of visible NVIDIA GPUs; ``None`` detects them
     gpu_count: int | None = None
+    #: ``--cache-config local,size=N``: bytes for the response cache (0 = no cache)
+    cache_size: int = 0
+    #: ``--rate-limit``: ``off`` or ``execution_count``
+    rate_limit: str = "off"
+    #: ``--rate-limit-resource name:count[:device]`` (device ignored: one pool per name here)
+    rate_limit_resources: Mapping[str, int] = field(default_factory=dict)
 
 
 def detect_gpu_count() -> int:
@@ -79,6 +86,8 @@ class InferenceCore:
       ``{"name","versions":[...str],"platform","inputs":[{"name","datatype","shape"}],"outputs":[...]}``;
       raises ``NotFoundError``/``UnavailableError``.
     - ``model_config(name, version="") -> ModelConfig`` (the completed config the model runs with).
+    - ``infer_stream(request) -> AsyncIterator[InferResponse]``: the responses of a decoupled
+      model as they come (``final`` on the last); one response for other models.
     - ``async infer(request) -> InferResponse``: validates inputs against the config
       (``InvalidArgumentError`` with Triton's messages), schedules, returns outputs restricted to
       ``request.requested_outputs``; response ``model_version`` is the version that ran.
@@ -114,6 +123,8 @@ class InferenceCore:
             strict_config=self.options.strict_config,
             config_name=self.options.config_name,
             gpu_count=detect_gpu_count() if gpus is None else gpus,
+            rate_limiter=self._rate_limiter(),
+            cache=None,
         )
         self.models = ModelManager(repository, load_options, client=lambda: self.client)
         self.client: CoreClient | None = None
@@ -121,6 +132,14 @@ class InferenceCore:
         self._stopping = False
         self._startup_models: list[str] = []
         self._poll_task: asyncio.Task[None] | None = None
+
+    def _rate_limiter(self) -> RateLimiter | None:
+        mode = self.options.rate_limit
+        if mode not in ("off", "execution_count"):
+            raise InvalidArgumentError(
+                f"unknown rate limit mode '{mode}'; expected 'off' or 'execution_count'"
+            )
+        return RateLimiter(self.options.rate_limit_resources) if mode != "off" else None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -245,6 +264,18 @@ class InferenceCore:
             raise UnavailableError("Server is shutting down; request rejected")
         model = self.models.get(request.model_name, request.model_version)
         return await model.infer(request)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Every response of ``request`` in order (several for a decoupled model); the last
+        has ``final`` set. Errors raise ``WorkbenchError``, before or during the stream."""
+        if self._stopping:
+            raise UnavailableError("Server is shutting down; request rejected")
+        model = self.models.get(request.model_name, request.model_version)
+        if not isinstance(model, BackendModel):
+            yield await model.infer(request)
+            return
+        async for response in model.infer_stream(request):
+            yield response
 
     # -- statistics ----------------------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:

@@ -3,39 +3,64 @@
 This is the one module that owns threads for model execution. Each instance gets its own
 single-thread worker, so an instance never runs two batches at once (as in Triton) and
 ``count: N`` means N batches in flight. Backends that release the GIL (onnxruntime, torch)
-run truly in parallel; python models run in-process for now (see docs/architecture notes).
+run truly in parallel on these threads; a python-backend instance lives in its own stub
+process, and its worker thread only waits for that process.
+
+Schedulers reserve an instance with ``acquire`` (any idle one, or a given one for sequence
+slots), run a batch on it with ``run_on``, and give it back with ``release``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from workbench.backends.base import Backend, InstanceContext, ModelInstance
+from workbench.core.rate_limiter import RateLimiter, Resources
 
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class _Worker:
+@dataclass(slots=True, eq=False)
+class Worker:
+    """One instance and its thread; doubles as the scheduler's ``Slot``."""
+
+    index: int
     name: str
     executor: ThreadPoolExecutor
     instance: ModelInstance | None = None
+    #: what the rate limiter must grant before this instance executes
+    resources: Resources = field(default_factory=Resources)
 
 
 class InstancePool:
-    """The instances of one model version, handed out one request batch at a time."""
+    """The instances of one model version, handed out one execution at a time."""
 
-    def __init__(self, contexts: Sequence[InstanceContext]) -> None:
+    def __init__(
+        self,
+        contexts: Sequence[InstanceContext],
+        resources: Sequence[Resources] | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self._contexts = list(contexts)
+        needs = list(resources) if resources is not None else [Resources()] * len(contexts)
         self._workers = [
-            _Worker(ctx.instance_name, ThreadPoolExecutor(1, thread_name_prefix=ctx.instance_name))
-            for ctx in self._contexts
+            Worker(
+                index,
+                ctx.instance_name,
+                ThreadPoolExecutor(1, thread_name_prefix=ctx.instance_name),
+                resources=need,
+            )
+            for index, (ctx, need) in enumerate(zip(self._contexts, needs, strict=True))
         ]
-        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._limiter = limiter
+        self._idle: deque[Worker] = deque()
+        #: acquirers waiting for an instance: (wanted index or None, future)
+        self._waiters: deque[tuple[int | None, asyncio.Future[Worker]]] = deque()
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -51,21 +76,82 @@ class InstancePool:
         for worker, result in zip(self._workers, results, strict=True):
             if not isinstance(result, BaseException):
                 worker.instance = result
-                self._idle.put_nowait(worker)
+                self._idle.append(worker)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self.close()
             raise errors[0]
+        if self._limiter is not None:
+            for worker in self._workers:
+                self._limiter.register(worker.resources)
 
-    async def run(self, job: Callable[[ModelInstance], T]) -> T:
-        """Wait for an idle instance and run ``job`` with it on that instance's worker."""
-        worker = await self._idle.get()
+    # -- reservation ---------------------------------------------------------------------------
+    async def acquire(self, index: int | None = None) -> Worker:
+        """Wait for an idle instance (``index``: that one), then for its rate-limit resources."""
+        worker = self._take_idle(index)
+        if worker is None:
+            future: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
+            self._waiters.append((index, future))
+            try:
+                worker = await future
+            except asyncio.CancelledError:
+                # Handed a worker in the same tick as the cancellation: pass it on.
+                if future.done() and not future.cancelled():
+                    self.release(future.result())
+                raise
+        if self._limiter is not None:
+            try:
+                await self._limiter.acquire(worker.resources)
+            except BaseException:
+                self._hand_over(worker)
+                raise
+        return worker
+
+    def release(self, worker: Worker) -> None:
+        """Give an instance back (and its resources) after, or instead of, an execution."""
+        if self._limiter is not None:
+            self._limiter.release(worker.resources)
+        self._hand_over(worker)
+
+    def _take_idle(self, index: int | None) -> Worker | None:
+        for worker in self._idle:
+            if index is None or worker.index == index:
+                self._idle.remove(worker)
+                return worker
+        return None
+
+    def _hand_over(self, worker: Worker) -> None:
+        """Wake the first waiter that can use ``worker``, else mark it idle."""
+        for entry in self._waiters:
+            wanted, future = entry
+            if future.done():
+                continue
+            if wanted is None or wanted == worker.index:
+                self._waiters.remove(entry)
+                future.set_result(worker)
+                return
+        self._idle.append(worker)
+        while self._waiters and self._waiters[0][1].done():
+            self._waiters.popleft()
+
+    # -- execution -----------------------------------------------------------------------------
+    def start(self, worker: Worker, job: Callable[[ModelInstance], T]) -> asyncio.Future[T]:
+        """Start ``job`` with the worker's instance on the worker's thread (no release)."""
+        assert worker.instance is not None
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(worker.executor, job, worker.instance)
+
+    async def run_on(self, worker: Worker, job: Callable[[ModelInstance], T]) -> T:
+        """Run ``job`` with the worker's instance on the worker's thread (no release)."""
+        return await self.start(worker, job)
+
+    async def run(self, job: Callable[[ModelInstance], T], index: int | None = None) -> T:
+        """Acquire an instance, run ``job`` on it and release it."""
+        worker = await self.acquire(index)
         try:
-            assert worker.instance is not None
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(worker.executor, job, worker.instance)
+            return await self.run_on(worker, job)
         finally:
-            self._idle.put_nowait(worker)
+            self.release(worker)
 
     async def close(self) -> None:
         """Finalize every created instance on its worker, then stop the workers."""
@@ -78,3 +164,9 @@ class InstancePool:
                     pass
                 worker.instance = None
             worker.executor.shutdown(wait=False)
+        if self._limiter is not None:
+            for worker in self._workers:
+                self._limiter.unregister(worker.resources)
+        for _, future in self._waiters:
+            future.cancel()
+        self._waiters.clear()

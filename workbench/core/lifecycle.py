@@ -12,6 +12,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -22,6 +23,8 @@ from workbench.backends.base import InferenceClient, InstanceContext
 from workbench.core.ensemble import EnsembleModel, composing_models
 from workbench.core.instances import InstancePool
 from workbench.core.model import BackendModel, ServingModel
+from workbench.core.rate_limiter import RateLimiter, Resources
+from workbench.core.warmup import warm_up
 from workbench.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -56,6 +59,10 @@ class ModelRecord:
 class LoadOptions:
     strict_config: bool = False
     config_name: str | None = None
+    #: server-wide, when the server runs with ``--rate-limit execution_count``
+    rate_limiter: RateLimiter | None = None
+    #: the server's response cache (``--cache-config``), if any
+    cache: Any = None
     gpu_count: int = 0
 
 
@@ -202,9 +209,19 @@ class ModelManager:
             self._require_composing(config)
             return EnsembleModel(config, version, self.get)
         backend = get_backend(backend_for(config))
-        pool = InstancePool(self._contexts(config, path, version))
+        pool = InstancePool(
+            self._contexts(config, path, version),
+            resources=self._resources(config),
+            limiter=self.options.rate_limiter,
+        )
         await pool.create(backend)
-        return BackendModel(config, version, pool)
+        model = BackendModel(config, version, pool, cache=self.options.cache)
+        try:  # Triton warms up every instance before the version is READY
+            await warm_up(config, path, model.instance_count, model.run_on_instance)
+        except BaseException:
+            await model.close()
+            raise
+        return model
 
     def _require_composing(self, config: ModelConfig) -> None:
         missing = [m for m in composing_models(config) if not self.is_ready(m)]
@@ -213,6 +230,16 @@ class ModelManager:
             raise UnavailableError(
                 f"ensemble '{config.name}' depends on {names} which has no loaded version"
             )
+
+    @staticmethod
+    def _resources(config: ModelConfig) -> list[Resources]:
+        """What each instance needs from the rate limiter, in ``_contexts`` order."""
+        needs = []
+        for group in config.instance_group:
+            gpu = group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+            devices = (len(group.gpus) or 1) if gpu else 1
+            needs.extend([Resources.of_group(group)] * (devices * max(group.count, 1)))
+        return needs
 
     def _contexts(self, config: ModelConfig, path: Path, version: int) -> list[InstanceContext]:
         """One context per instance: ``count`` per group, and per listed GPU for KIND_GPU."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -12,10 +13,12 @@ from workbench._types import Tensor
 from workbench.backends.base import ExecResult, ModelInstance
 from workbench.config.dtypes import config_to_wire
 from workbench.core.checks import RequestChecker, reshape_inputs, reshape_outputs
-from workbench.core.instances import InstancePool
+from workbench.core.dynamic_batcher import DynamicBatcher
+from workbench.core.instances import InstancePool, Worker
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
 from workbench.core.statistics import ModelStatistics, RequestTimes
-from workbench.errors import InternalError, WorkbenchError
+from workbench.errors import InternalError, InvalidArgumentError, WorkbenchError
 
 
 class ServingModel(Protocol):
@@ -76,72 +79,232 @@ def model_metadata(config: ModelConfig, versions: list[int]) -> dict[str, Any]:
 
 
 class BackendModel:
-    """A version served by a backend through its instance pool."""
+    """A version served by a backend: checks requests, schedules them on its instances.
 
-    def __init__(self, config: ModelConfig, version: int, pool: InstancePool) -> None:
+    It is the schedulers' ``Executor``: they reserve an instance (``acquire``) and hand it a
+    batch (``execute``); the batch runs on the instance's worker thread and completes back on
+    the loop, where every request's future is settled and the statistics recorded.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        version: int,
+        pool: InstancePool,
+        cache: Any = None,
+    ) -> None:
         self.name = config.name
         self.version = version
         self.config = config
         self.pool = pool
+        self.instance_count = len(pool)
         self.stats = ModelStatistics(config.name, version)
+        self.decoupled = config.model_transaction_policy.decoupled
         self._checker = RequestChecker(config)
         self._batched = config.max_batch_size > 0
         self._inflight = InFlight()
+        self._cache = cache if config.response_cache.enable else None
+        self.scheduler: Scheduler = make_scheduler(config, self)
 
+    # -- requests ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        batch = self._checker.check(request)
+        if self.decoupled:
+            raise InvalidArgumentError(
+                f"model '{self.name}' uses the decoupled transaction policy: its responses "
+                "can only be streamed"
+            )
+        rows = self._checker.check(request)
         times = RequestTimes()
         with self._inflight:
+            pending = self._pending(request, rows, times)
             try:
-                result = await self.pool.run(lambda instance: self._run(instance, request, times))
+                result = await self.scheduler.submit(pending)
             except WorkbenchError:
                 self.stats.record_failure(times)
                 raise
         if result.error is not None:
             self.stats.record_failure(times)
             raise result.error
-        self.stats.record_execution(batch, times)
-        self.stats.record_success(batch, times)
+        self.stats.record_success(rows, times)
+        return self._response(request, result)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Every response of a request, in order; the last one has ``final`` set.
+
+        For a model that is not decoupled this is its one response.
+        """
+        if not self.decoupled:
+            yield await self.infer(request)
+            return
+        rows = self._checker.check(request)
+        times = RequestTimes()
+        stream = _ResponseStream(asyncio.get_running_loop())
+        request.respond = stream.respond
+        with self._inflight:
+            pending = self._pending(request, rows, times)
+            runner = asyncio.ensure_future(self._submit_streaming(pending, stream))
+            try:
+                async for result, final in stream:
+                    if result is not None and result.error is not None:
+                        self.stats.record_failure(times)
+                        raise result.error
+                    if result is not None or final:
+                        yield self._response(request, result or ExecResult(), final)
+            finally:
+                await asyncio.wait([runner])
+        self.stats.record_success(rows, times)
+
+    async def _submit_streaming(self, pending: Pending, stream: _ResponseStream) -> None:
+        """Run a decoupled request; an error of the execution itself ends its stream."""
+        try:
+            result = await self.scheduler.submit(pending)
+        except WorkbenchError as exc:
+            result = ExecResult(error=exc)
+        if result.error is not None:
+            stream.respond(result, True)
+
+    def _pending(self, request: InferRequest, rows: int, times: RequestTimes) -> Pending:
+        future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
+        return Pending(request, rows, times, future)
+
+    def _response(
+        self, request: InferRequest, result: ExecResult, final: bool = True
+    ) -> InferResponse:
         return InferResponse(
             model_name=self.name,
             model_version=str(self.version),
             id=request.id,
             outputs=result.outputs,
             parameters=result.parameters,
+            final=final,
         )
 
-    def _run(
-        self, instance: ModelInstance, request: InferRequest, times: RequestTimes
-    ) -> ExecResult:
-        """Runs on the instance's worker thread."""
-        times.started = time.monotonic_ns()
-        reshape_inputs(self.config, request, self._batched)
-        times.input_done = time.monotonic_ns()
+    async def run_on_instance(
+        self, index: int, requests: list[InferRequest]
+    ) -> list[ExecResult]:
+        """Run ``requests`` as one execution on instance ``index``, bypassing the scheduler
+        and statistics (model warmup)."""
+        worker = await self.pool.acquire(index)
         try:
-            results = instance.execute([request])
-        except WorkbenchError as exc:
-            results = [ExecResult(error=exc)]
-        except Exception as exc:  # a bug in user model code fails the request, not the server
-            results = [ExecResult(error=InternalError(f"{type(exc).__name__}: {exc}"))]
-        times.infer_done = time.monotonic_ns()
-        if len(results) != 1:
-            return ExecResult(
-                error=InternalError(
-                    f"model '{self.name}' returned {len(results)} responses for 1 request"
-                )
-            )
-        result = results[0]
-        if result.error is None:
-            result.outputs = select_outputs(result.outputs, request.requested_outputs)
-            reshape_outputs(self.config, result.outputs, self._batched)
-        times.output_done = time.monotonic_ns()
-        return result
+            batch = [self._pending(r, 1, RequestTimes()) for r in requests]
+            return await self.pool.run_on(worker, lambda instance: self._run(instance, batch))
+        finally:
+            self.pool.release(worker)
 
+    # -- Executor ------------------------------------------------------------------------------
+    async def acquire(self, index: int | None = None) -> Worker:
+        return await self.pool.acquire(index)
+
+    def release(self, slot: Slot) -> None:
+        assert isinstance(slot, Worker)
+        self.pool.release(slot)
+
+    def execute(self, slot: Slot, batch: list[Pending]) -> asyncio.Future[None]:
+        assert isinstance(slot, Worker)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        job = self.pool.start(slot, lambda instance: self._run(instance, batch))
+
+        def finish(job: asyncio.Future[list[ExecResult]]) -> None:
+            self.pool.release(slot)
+            self._settle(batch, job)
+            done.set_result(None)
+
+        job.add_done_callback(finish)
+        return done
+
+    def _settle(self, batch: list[Pending], job: asyncio.Future[list[ExecResult]]) -> None:
+        """Give each request its result and record the execution (on the loop)."""
+        error = job.exception()
+        if error is not None:
+            failure = error if isinstance(error, WorkbenchError) else InternalError(str(error))
+            results = [ExecResult(error=failure) for _ in batch]
+        else:
+            results = job.result()
+        rows = sum(p.batch_size for p in batch)
+        self.stats.record_execution(rows, batch[0].times)
+        for pending, result in zip(batch, results, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(result)
+
+    def _run(self, instance: ModelInstance, batch: list[Pending]) -> list[ExecResult]:
+        """One execution, on the instance's worker thread; never raises."""
+        started = time.monotonic_ns()
+        requests = [p.request for p in batch]
+        for request in requests:
+            reshape_inputs(self.config, request, self._batched)
+        input_done = time.monotonic_ns()
+        try:
+            results = instance.execute(requests)
+        except WorkbenchError as exc:
+            results = [ExecResult(error=exc) for _ in requests]
+        except Exception as exc:  # a bug in user model code fails the batch, not the server
+            failure = InternalError(f"{type(exc).__name__}: {exc}")
+            results = [ExecResult(error=failure) for _ in requests]
+        infer_done = time.monotonic_ns()
+        if len(results) != len(requests):
+            failure = InternalError(
+                f"model '{self.name}' returned {len(results)} responses for "
+                f"{len(requests)} requests"
+            )
+            results = [ExecResult(error=failure) for _ in requests]
+        for request, result in zip(requests, results, strict=True):
+            self._finish_result(request, result)
+        output_done = time.monotonic_ns()
+        for pending in batch:
+            pending.times.stamp(started, input_done, infer_done, output_done)
+        return results
+
+    def _finish_result(self, request: InferRequest, result: ExecResult) -> None:
+        if result.error is not None or request.respond is not None:
+            return
+        try:
+            result.outputs = select_outputs(result.outputs, request.requested_outputs)
+        except WorkbenchError as exc:
+            result.error = exc
+            return
+        reshape_outputs(self.config, result.outputs, self._batched)
+
+    # -- lifecycle -----------------------------------------------------------------------------
     async def drain(self) -> None:
         await self._inflight.wait_idle()
 
     async def close(self) -> None:
+        await self.scheduler.close()
         await self.pool.close()
+
+
+class _ResponseStream:
+    """The responses of one decoupled request, sent from any thread, read on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[tuple[ExecResult | None, bool]] = asyncio.Queue()
+        self._ended = False
+
+    def respond(self, result: ExecResult | None, final: bool) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, (result, final))
+
+    def __aiter__(self) -> _ResponseStream:
+        return self
+
+    async def __anext__(self) -> tuple[ExecResult | None, bool]:
+        if self._ended:
+            raise StopAsyncIteration
+        result, final = await self._queue.get()
+        self._ended = final
+        return result, final
+
+
+def make_scheduler(config: ModelConfig, executor: Executor) -> Scheduler:
+    """The scheduler the config asks for (Triton: sequence, dynamic or default)."""
+    if config.HasField("sequence_batching"):
+        from workbench.core.sequence_batcher import SequenceBatcher
+
+        return SequenceBatcher(config, executor)
+    if config.HasField("dynamic_batching"):
+        return DynamicBatcher(config, executor)
+    return DirectScheduler(executor)
 
 
 def select_outputs(outputs: list[Tensor], requested: list[str] | None) -> list[Tensor]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workbench._types import Parameters, Tensor
+from workbench.backends.base import ResponseSender
 
 
 @dataclass(slots=True)
@@ -23,6 +24,8 @@ class InferRequest:
     #: per requested output, its parameters (``binary_data``, ``classification``)
     output_parameters: dict[str, Parameters] = field(default_factory=dict)
     parameters: Parameters = field(default_factory=dict)
+    #: set by the core for decoupled models (see ``workbench.backends.base.ResponseSender``)
+    respond: ResponseSender | None = None
 
 
 @dataclass(slots=True)
@@ -32,3 +35,5 @@ class InferResponse:
     id: str = ""
     outputs: list[Tensor] = field(default_factory=list)
     parameters: Parameters = field(default_factory=dict)
+    #: decoupled streams only: this is the last response of the request
+    final: bool = True

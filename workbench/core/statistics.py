@@ -39,6 +39,13 @@ class RequestTimes:
     infer_done: int = 0
     output_done: int = 0
 
+    def stamp(self, started: int, input_done: int, infer_done: int, output_done: int) -> None:
+        """Record the phases of the execution this request was part of."""
+        self.started = started
+        self.input_done = input_done
+        self.infer_done = infer_done
+        self.output_done = output_done
+
 
 class ModelStatistics:
     """Counters for one model version; thread-safe (updated from the loop and workers)."""
