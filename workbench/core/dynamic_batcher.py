@@ -24,6 +24,10 @@ from workbench.core.scheduler import Executor, Pending
 from workbench.errors import UnavailableError
 
 
+#: below this, waiting is done by yielding to the loop rather than with a timer
+_TIMER_RESOLUTION_NS = 2_000_000
+
+
 class DynamicBatcher:
     """The ``dynamic_batching`` scheduler of one model version."""
 
@@ -148,9 +152,18 @@ class DynamicBatcher:
     async def _sleep_until(self, deadline_ns: int | None) -> None:
         """Sleep until ``deadline_ns`` or a new arrival, whichever comes first."""
         self._arrived.clear()
-        timeout = None if deadline_ns is None else max(deadline_ns - time.monotonic_ns(), 0) / 1e9
+        if deadline_ns is None:
+            await self._arrived.wait()
+            return
+        remaining = deadline_ns - time.monotonic_ns()
+        if remaining < _TIMER_RESOLUTION_NS:
+            # Loop timers are millisecond-grained (libuv); a 100 us queue delay would become
+            # up to 1 ms. Yield to the loop instead until the deadline: arrivals still get in.
+            while not self._arrived.is_set() and time.monotonic_ns() < deadline_ns:
+                await asyncio.sleep(0)
+            return
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), timeout)
+            await asyncio.wait_for(self._arrived.wait(), max(remaining, 0) / 1e9)
 
     # -- shutdown ------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -1,0 +1,253 @@
+"""The dynamic batcher and its queue policies, against a fake executor (no model, no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from workbench._types import Tensor
+from workbench.backends.base import ExecResult
+from workbench.core.dynamic_batcher import DynamicBatcher
+from workbench.core.queue_policy import PriorityQueues
+from workbench.core.request import InferRequest
+from workbench.core.scheduler import Pending
+from workbench.core.statistics import RequestTimes
+from workbench.errors import UnavailableError
+
+
+def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test in a fresh event loop (the suite has no asyncio plugin)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+@dataclass
+class _Slot:
+    index: int
+
+
+@dataclass
+class FakeExecutor:
+    """One instance that records the requests of each execution and holds it ``hold_s``."""
+
+    hold_s: float = 0.0
+    instance_count: int = 1
+    batches: list[list[str]] = field(default_factory=list)
+    _idle: asyncio.Queue[_Slot] | None = None
+
+    async def acquire(self, index: int | None = None) -> _Slot:
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            for i in range(self.instance_count):
+                self._idle.put_nowait(_Slot(i))
+        return await self._idle.get()
+
+    def release(self, slot: _Slot) -> None:
+        assert self._idle is not None
+        self._idle.put_nowait(slot)
+
+    def execute(self, slot: _Slot, batch: list[Pending]) -> asyncio.Future[None]:
+        self.batches.append([p.request.id for p in batch])
+        return asyncio.ensure_future(self._finish(slot, batch))
+
+    async def _finish(self, slot: _Slot, batch: list[Pending]) -> None:
+        await asyncio.sleep(self.hold_s)
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_result(ExecResult())
+        self.release(slot)
+
+
+def config(text: str, max_batch_size: int = 8) -> ModelConfig:
+    parsed = text_format.Parse(
+        f'name: "m" max_batch_size: {max_batch_size} '
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [ -1 ] }] ' + text,
+        ModelConfig(),
+    )
+    return parsed
+
+
+def pending(request_id: str, width: int = 1, **parameters: object) -> Pending:
+    array = np.zeros((1, width), dtype=np.float32)
+    request = InferRequest("m", id=request_id, inputs={"X": Tensor("X", "FP32", array)})
+    request.parameters = dict(parameters)
+    future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
+    return Pending(request, 1, RequestTimes(), future)
+
+
+async def submit_all(batcher: DynamicBatcher, requests: list[Pending]) -> list[object]:
+    tasks = [asyncio.ensure_future(batcher.submit(p)) for p in requests]
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@in_loop
+async def test_requests_queued_while_the_instance_is_busy_leave_as_one_batch() -> None:
+    executor = FakeExecutor(hold_s=0.05)
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    first = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    await submit_all(batcher, [pending(name) for name in "bcd"])
+    await first
+    assert executor.batches == [["a"], ["b", "c", "d"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_batches_never_exceed_max_batch_size_and_keep_arrival_order() -> None:
+    executor = FakeExecutor(hold_s=0.05)
+    batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=2), executor)
+    first = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    await submit_all(batcher, [pending(name) for name in "bcde"])
+    await first
+    assert executor.batches == [["a"], ["b", "c"], ["d", "e"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_requests_with_other_shapes_go_in_another_batch() -> None:
+    executor = FakeExecutor(hold_s=0.05)
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    first = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    await submit_all(batcher, [pending("b", 2), pending("c", 3), pending("d", 2)])
+    await first
+    assert executor.batches == [["a"], ["b"], ["c"], ["d"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_ragged_inputs_batch_whatever_their_shapes() -> None:
+    executor = FakeExecutor(hold_s=0.05)
+    ragged = config("dynamic_batching {}")
+    ragged.input[0].allow_ragged_batch = True
+    batcher = DynamicBatcher(ragged, executor)
+    first = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    await submit_all(batcher, [pending("b", 2), pending("c", 3)])
+    await first
+    assert executor.batches == [["a"], ["b", "c"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_a_microsecond_delay_is_kept_without_millisecond_timers() -> None:
+    batcher = DynamicBatcher(
+        config("dynamic_batching { max_queue_delay_microseconds: 300 }"), FakeExecutor()
+    )
+    begin = time.monotonic_ns()
+    await batcher.submit(pending("a"))
+    waited_us = (time.monotonic_ns() - begin) / 1000
+    assert 300 <= waited_us < 5000
+    await batcher.close()
+
+
+@in_loop
+async def test_delayed_requests_run_after_those_that_did_not_time_out() -> None:
+    policy = "default_queue_policy { default_timeout_microseconds: 20000 timeout_action: DELAY }"
+    executor = FakeExecutor(hold_s=0.08)
+    batcher = DynamicBatcher(config(f"dynamic_batching {{ {policy} }}", max_batch_size=1), executor)
+    first = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    early = asyncio.ensure_future(batcher.submit(pending("b")))
+    await asyncio.sleep(0.05)  # "b" is past its 20 ms deadline now
+    late = asyncio.ensure_future(batcher.submit(pending("c")))
+    await asyncio.gather(first, early, late)
+    assert executor.batches == [["a"], ["c"], ["b"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_close_fails_queued_requests() -> None:
+    executor = FakeExecutor(hold_s=0.1)
+    batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=1), executor)
+    running = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(batcher.submit(pending("b")))
+    await asyncio.sleep(0.01)
+    await batcher.close()
+    await asyncio.wait([queued])
+    assert isinstance(queued.exception(), UnavailableError)
+    await running
+    with pytest.raises(UnavailableError):
+        await batcher.submit(pending("c"))
+
+
+@in_loop
+async def test_a_cancelled_request_is_not_executed() -> None:
+    executor = FakeExecutor(hold_s=0.05)
+    batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=1), executor)
+    running = asyncio.ensure_future(batcher.submit(pending("a")))
+    await asyncio.sleep(0.01)
+    gone = asyncio.ensure_future(batcher.submit(pending("b")))
+    kept = asyncio.ensure_future(batcher.submit(pending("c")))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    await asyncio.gather(running, kept)
+    assert executor.batches == [["a"], ["c"]]
+    await batcher.close()
+
+
+@pytest.mark.parametrize(
+    ("default_us", "allow", "asked_us", "expected_us"),
+    [
+        (0, False, 5000, 0),  # no override allowed: no timeout
+        (0, True, 5000, 5000),  # no default: the request's own
+        (10000, True, 5000, 5000),  # shorter: taken
+        (10000, True, 20000, 10000),  # longer: not taken
+        (10000, False, 5000, 10000),
+    ],
+)
+@in_loop
+async def test_a_request_timeout_may_only_shorten_the_default(
+    default_us: int, allow: bool, asked_us: int, expected_us: int
+) -> None:
+    allow_text = "true" if allow else "false"
+    policy = (
+        f"default_queue_policy {{ default_timeout_microseconds: {default_us} "
+        f"allow_timeout_override: {allow_text} }}"
+    )
+    queues = PriorityQueues(config(f"dynamic_batching {{ {policy} }}"))
+    request = pending("a", timeout=asked_us)
+    queues.push(request)
+    expected = request.times.received + expected_us * 1000 if expected_us else 0
+    assert request.deadline_ns == expected
+
+
+@pytest.mark.parametrize(("asked", "level"), [(1, 1), (3, 3), (0, 2), (4, 2), (-1, 2)])
+@in_loop
+async def test_priority_levels(asked: int, level: int) -> None:
+    queues = PriorityQueues(
+        config("dynamic_batching { priority_levels: 3 default_priority_level: 2 }")
+    )
+    request = pending("a", priority=asked)
+    queues.push(request)
+    assert request.priority == level
+
+
+@in_loop
+async def test_priority_queue_policy_overrides_the_default_per_level() -> None:
+    text = (
+        "dynamic_batching { priority_levels: 2 default_priority_level: 2 "
+        "default_queue_policy { max_queue_size: 5 } "
+        "priority_queue_policy { key: 1 value: { max_queue_size: 1 } } }"
+    )
+    queues = PriorityQueues(config(text))
+    queues.push(pending("a", priority=1))
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        queues.push(pending("b", priority=1))
+    for name in "cde":
+        queues.push(pending(name, priority=2))
