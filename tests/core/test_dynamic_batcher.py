@@ -80,12 +80,12 @@ def config(text: str, max_batch_size: int = 8) -> ModelConfig:
     return parsed
 
 
-def pending(request_id: str, width: int = 1, **parameters: object) -> Pending:
-    array = np.zeros((1, width), dtype=np.float32)
+def pending(request_id: str, width: int = 1, rows: int = 1, **parameters: object) -> Pending:
+    array = np.zeros((rows, width), dtype=np.float32)
     request = InferRequest("m", id=request_id, inputs={"X": Tensor("X", "FP32", array)})
     request.parameters = dict(parameters)
     future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
-    return Pending(request, 1, RequestTimes(), future)
+    return Pending(request, rows, RequestTimes(), future)
 
 
 async def submit_all(batcher: DynamicBatcher, requests: list[Pending]) -> list[object]:
@@ -156,14 +156,47 @@ async def test_a_microsecond_delay_is_kept_without_millisecond_timers() -> None:
 
 
 @in_loop
+async def test_a_request_that_would_pass_the_preferred_size_starts_the_next_batch() -> None:
+    # Triton 2.51, preferred [4]: 3 rows then 3 rows -> the first goes alone when the second
+    # arrives; the second waits for the delay (docs/triton-scheduling-facts.md).
+    settings = (
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }"
+    )
+    executor = FakeExecutor()
+    batcher = DynamicBatcher(config(settings), executor)
+    begin = time.monotonic()
+    first = asyncio.ensure_future(batcher.submit(pending("a", rows=3)))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(batcher.submit(pending("b", rows=3)))
+    await first
+    assert time.monotonic() - begin < 0.2
+    await second
+    assert time.monotonic() - begin >= 0.3
+    assert executor.batches == [["a"], ["b"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_six_requests_with_preferred_four_leave_as_four_then_two() -> None:
+    settings = (
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 200000 }"
+    )
+    executor = FakeExecutor()
+    batcher = DynamicBatcher(config(settings), executor)
+    await submit_all(batcher, [pending(name) for name in "abcdef"])
+    assert executor.batches == [["a", "b", "c", "d"], ["e", "f"]]
+    await batcher.close()
+
+
+@in_loop
 async def test_delayed_requests_run_after_those_that_did_not_time_out() -> None:
-    policy = "default_queue_policy { default_timeout_microseconds: 20000 timeout_action: DELAY }"
+    policy = "default_queue_policy { default_timeout_microseconds: 40000 timeout_action: DELAY }"
     executor = FakeExecutor(hold_s=0.08)
     batcher = DynamicBatcher(config(f"dynamic_batching {{ {policy} }}", max_batch_size=1), executor)
     first = asyncio.ensure_future(batcher.submit(pending("a")))
     await asyncio.sleep(0.01)
     early = asyncio.ensure_future(batcher.submit(pending("b")))
-    await asyncio.sleep(0.05)  # "b" is past its 20 ms deadline now
+    await asyncio.sleep(0.05)  # when "a" ends (80 ms), "b" is past its deadline, "c" is not
     late = asyncio.ensure_future(batcher.submit(pending("c")))
     await asyncio.gather(first, early, late)
     assert executor.batches == [["a"], ["c"], ["b"]]
@@ -205,7 +238,7 @@ async def test_a_cancelled_request_is_not_executed() -> None:
     ("default_us", "allow", "asked_us", "expected_us"),
     [
         (0, False, 5000, 0),  # no override allowed: no timeout
-        (0, True, 5000, 5000),  # no default: the request's own
+        (0, True, 5000, 0),  # no default: Triton ignores the request's timeout
         (10000, True, 5000, 5000),  # shorter: taken
         (10000, True, 20000, 10000),  # longer: not taken
         (10000, False, 5000, 10000),

@@ -166,7 +166,8 @@ def test_a_preferred_size_is_sent_without_waiting_for_the_delay(repo: Path, serv
     write_probe(
         repo,
         "preferred",
-        extra="dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 3000000 }",
+        extra="dynamic_batching { preferred_batch_size: [ 4 ] "
+        "max_queue_delay_microseconds: 3000000 }",
     )
     url = serve()
     begin = time.monotonic()
@@ -198,7 +199,13 @@ def test_a_full_queue_rejects_at_once(repo: Path, serve: Any) -> None:
     results = concurrently([lambda: infer(url, "bounded", 0.3)] * 5)
     rejected = [body for status, body in results if status == 503]
     assert rejected, results
-    assert all(body == {"error": "Exceeds maximum queue size"} for body in rejected)
+    assert all(
+        body == {"error": "[request id: <id_unknown>] Exceeds maximum queue size"}
+        for body in rejected
+    )
+    model = stats(url, "bounded")  # as in Triton, rejected requests are counted nowhere
+    assert model["inference_stats"]["fail"]["count"] == 0
+    assert model["inference_stats"]["success"]["count"] == 5 - len(rejected)
     assert sum(1 for status, _ in results if status == 200) >= 2
     status, _ = infer(url, "bounded", 0.0)
     assert status == 200  # the server and the model stay up
@@ -209,7 +216,8 @@ def test_a_request_timeout_rejects_a_queued_request(repo: Path, serve: Any) -> N
         repo,
         "timed",
         max_batch_size=1,
-        extra="dynamic_batching { default_queue_policy { allow_timeout_override: true } }",
+        extra="dynamic_batching { default_queue_policy { allow_timeout_override: true "
+        "default_timeout_microseconds: 10000000 } }",
     )
     url = serve()
     calls = [

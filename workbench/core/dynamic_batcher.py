@@ -3,10 +3,11 @@
 One dispatcher task per model version. It waits for an idle instance first and only then
 forms a batch, so requests that arrive while every instance is busy are batched together
 (this is where batching comes from under load, even with ``max_queue_delay_microseconds: 0``).
-A batch is sent at once when it is full (``max_batch_size`` rows, or the next request would
-not fit or has other shapes) or has the largest preferred size; otherwise the dispatcher waits
-until the oldest request has waited ``max_queue_delay_microseconds`` and then sends the largest
-preferred-size prefix of what is queued, or all of it.
+A batch is sent at once when it is full: it has the largest preferred size (``max_batch_size``
+without preferred sizes), or the next request would take it past that size or has other
+shapes. A batch that has some preferred size is sent at once too. Otherwise the dispatcher
+waits until the oldest request has waited ``max_queue_delay_microseconds`` and sends what is
+queued. (Each rule was checked against tritonserver 2.51: docs/triton-scheduling-facts.md.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from workbench.backends.base import ExecResult
 from workbench.core.queue_policy import PriorityQueues
 from workbench.core.scheduler import Executor, Pending
 from workbench.errors import UnavailableError
-
 
 #: below this, waiting is done by yielding to the loop rather than with a timer
 _TIMER_RESOLUTION_NS = 2_000_000
@@ -112,7 +112,8 @@ class DynamicBatcher:
         """The requests the next batch can hold, in priority order, and whether to send now.
 
         Collection stops at the largest preferred size (``max_batch_size`` without one), at a
-        request that would overflow the batch, or at one whose shapes differ.
+        request that would take the batch past it, or at one whose shapes differ. A first
+        request larger than every preferred size goes alone.
         """
         chosen: list[Pending] = []
         rows = 0
@@ -122,7 +123,7 @@ class DynamicBatcher:
             key = self._shape_key(pending)
             if shapes is None:
                 shapes = key
-            if rows + pending.batch_size > self._max_rows or key != shapes:
+            if chosen and (rows + pending.batch_size > target or key != shapes):
                 return chosen, True
             chosen.append(pending)
             rows += pending.batch_size

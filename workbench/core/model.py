@@ -15,6 +15,7 @@ from workbench.config.dtypes import config_to_wire
 from workbench.core.checks import RequestChecker, reshape_inputs, reshape_outputs
 from workbench.core.dynamic_batcher import DynamicBatcher
 from workbench.core.instances import InstancePool, Worker
+from workbench.core.queue_policy import QueueFullError
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
 from workbench.core.statistics import ModelStatistics, RequestTimes
@@ -119,6 +120,8 @@ class BackendModel:
             pending = self._pending(request, rows, times)
             try:
                 result = await self.scheduler.submit(pending)
+            except QueueFullError:
+                raise
             except WorkbenchError:
                 self.stats.record_failure(times)
                 raise
@@ -179,17 +182,20 @@ class BackendModel:
             final=final,
         )
 
-    async def run_on_instance(
-        self, index: int, requests: list[InferRequest]
-    ) -> list[ExecResult]:
+    async def run_on_instance(self, index: int, requests: list[InferRequest]) -> list[ExecResult]:
         """Run ``requests`` as one execution on instance ``index``, bypassing the scheduler
-        and statistics (model warmup)."""
+        (model warmup; Triton counts warmup executions in the statistics, so do we)."""
         worker = await self.pool.acquire(index)
         try:
             batch = [self._pending(r, 1, RequestTimes()) for r in requests]
-            return await self.pool.run_on(worker, lambda instance: self._run(instance, batch))
+            results = await self.pool.run_on(worker, lambda instance: self._run(instance, batch))
         finally:
             self.pool.release(worker)
+        self.stats.record_execution(len(batch), batch[0].times)
+        for pending, result in zip(batch, results, strict=True):
+            if result.error is None:
+                self.stats.record_success(pending.batch_size, pending.times)
+        return results
 
     # -- Executor ------------------------------------------------------------------------------
     async def acquire(self, index: int | None = None) -> Worker:

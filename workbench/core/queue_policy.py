@@ -7,7 +7,8 @@ Triton's semantics (``ModelQueuePolicy`` in model_config.proto):
 - ``max_queue_size`` (0 = unbounded): a request that finds its level's queue full is rejected
   at once with ``UNAVAILABLE``;
 - ``default_timeout_microseconds`` (0 = none); with ``allow_timeout_override`` a request's
-  ``timeout`` parameter (microseconds) may shorten it, never lengthen it;
+  ``timeout`` parameter (microseconds) may shorten a non-zero default, never lengthen it (with
+  no default, Triton 2.51 ignores the request's timeout: observed);
 - a request still queued at its deadline is rejected (``timeout_action: REJECT``) or moved
   behind every request of its level that has not timed out (``DELAY``) and kept.
 """
@@ -27,6 +28,10 @@ QUEUE_FULL = "Exceeds maximum queue size"
 TIMED_OUT = "Request timeout expired"
 
 
+class QueueFullError(UnavailableError):
+    """Rejected on arrival; Triton counts such a request nowhere in the statistics."""
+
+
 class _LevelQueue:
     """The requests of one priority level: waiting ones, then delayed (timed-out) ones."""
 
@@ -42,8 +47,8 @@ class _LevelQueue:
         """The time this level's policy (and the request's override) lets it wait until."""
         timeout_us = self.policy.default_timeout_microseconds
         asked = _int_parameter(pending, "timeout")
-        if self.policy.allow_timeout_override and asked > 0:
-            timeout_us = asked if timeout_us == 0 else min(asked, timeout_us)
+        if self.policy.allow_timeout_override and asked > 0 and timeout_us > 0:
+            timeout_us = min(asked, timeout_us)
         return pending.times.received + timeout_us * 1000 if timeout_us > 0 else 0
 
     def expire(self, now: int) -> int | None:
@@ -102,7 +107,8 @@ class PriorityQueues:
         queue = self._queues[pending.priority]
         queue.discard_settled()
         if queue.policy.max_queue_size and len(queue) >= queue.policy.max_queue_size:
-            raise UnavailableError(QUEUE_FULL)
+            request_id = pending.request.id or "<id_unknown>"
+            raise QueueFullError(f"[request id: {request_id}] {QUEUE_FULL}")
         pending.deadline_ns = queue.deadline_ns(pending)
         queue.waiting.append(pending)
 
