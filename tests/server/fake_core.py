@@ -2,13 +2,22 @@
 
 Models: ``add_one`` (FP32 [-1, 16], batching), ``strings`` (BYTES [-1], upper-cases),
 ``echo_bytes`` (BYTES [1], no batching), ``scores`` (FP32 [-1, 4] with labels), ``half``
-(FP16 [4]), ``two_in`` (two inputs) and ``decoupled``.
+(FP16 [4]), ``two_in`` (two inputs) and three decoupled ones, served by ``infer_stream``:
+``decoupled`` (echo, then a bare final flag), ``repeat`` (``COUNT`` responses ``OUT`` = 0..n-1,
+then a bare final flag, like ``tests/assets/scheduling_repo/decoupled_repeat``) and ``tokens``
+(one ``text_output`` per word of ``text_input``, the last one final).
+
+``repeat`` obeys request parameters, for the front end's error and disconnect paths:
+``fail_at`` (raise ``InternalError`` instead of response ``i``), ``final_in_last`` (no bare
+flag: the last response is final), ``hang`` (after the first response, wait until closed).
+Each stream's name goes to ``streams_closed`` once the front end closes it (or it ends).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,10 +25,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from workbench._types import Tensor
+from workbench.core.checks import RequestChecker
+from workbench.core.model import model_metadata
 from workbench.core.request import InferRequest, InferResponse
-from workbench.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from workbench.errors import InternalError, InvalidArgumentError, NotFoundError, UnavailableError
 
 Compute = Callable[[dict[str, Tensor]], list[Tensor]]
+Stream = Callable[[InferRequest], AsyncIterator[InferResponse]]
 
 
 def _config(text: dict[str, Any]) -> model_config_pb2.ModelConfig:
@@ -102,8 +114,63 @@ MODELS: dict[str, tuple[dict[str, Any], Compute]] = {
         },
         _echo,
     ),
+    "repeat": (
+        {
+            "model_transaction_policy": {"decoupled": True},
+            "input": [_io("COUNT", "TYPE_INT32", [1])],
+            "output": [_io("OUT", "TYPE_INT32", [1])],
+        },
+        _echo,
+    ),
+    "tokens": (
+        {
+            "model_transaction_policy": {"decoupled": True},
+            "input": [_io("text_input", "TYPE_STRING", [1])],
+            "output": [_io("text_output", "TYPE_STRING", [1])],
+        },
+        _echo,
+    ),
 }
 LABELS = ["cat", "dog", "bird", "fish"]
+
+
+def _response(request: InferRequest, *outputs: Tensor, final: bool = False) -> InferResponse:
+    return InferResponse(request.model_name, "1", request.id, list(outputs), final=final)
+
+
+async def _echo_stream(request: InferRequest) -> AsyncIterator[InferResponse]:
+    yield _response(request, *_echo(request.inputs))
+    yield _response(request, final=True)
+
+
+async def _repeat_stream(request: InferRequest) -> AsyncIterator[InferResponse]:
+    count = int(request.inputs["COUNT"].array.reshape(-1)[0])
+    params = request.parameters
+    for index in range(count):
+        if index == params.get("fail_at"):
+            raise InternalError(f"repeat failed at response {index}")
+        final = bool(params.get("final_in_last")) and index == count - 1
+        yield _response(request, Tensor("OUT", "INT32", np.array([index], np.int32)), final=final)
+        if params.get("hang"):
+            await asyncio.sleep(30)  # until the front end closes the stream (bounded)
+    if count == params.get("fail_at"):
+        raise InternalError(f"repeat failed at response {count}")
+    if not params.get("final_in_last"):
+        yield _response(request, final=True)
+
+
+async def _tokens_stream(request: InferRequest) -> AsyncIterator[InferResponse]:
+    words = request.inputs["text_input"].array.reshape(-1)[0].split()
+    for index, word in enumerate(words):
+        output = Tensor("text_output", "BYTES", np.array([word], dtype=np.object_))
+        yield _response(request, output, final=index == len(words) - 1)
+
+
+STREAMS: dict[str, Stream] = {
+    "decoupled": _echo_stream,
+    "repeat": _repeat_stream,
+    "tokens": _tokens_stream,
+}
 
 
 class FakeCore:
@@ -119,6 +186,7 @@ class FakeCore:
         self.computes: dict[str, Compute] = {}
         self.success: dict[str, int] = {}
         self.loads: list[tuple[str, Any, Any]] = []
+        self.streams_closed: list[str] = []
         for name, (config, compute) in MODELS.items():
             self.configs[name] = _config({"name": name, "backend": "python", **config})
             self.computes[name] = compute
@@ -136,8 +204,7 @@ class FakeCore:
         return name in self.configs and version in ("", "1")
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        self._get(name, version)
-        return {"name": name, "versions": ["1"], "platform": "python", "inputs": [], "outputs": []}
+        return model_metadata(self._get(name, version), [1])
 
     def model_config(self, name: str, version: str = "") -> model_config_pb2.ModelConfig:
         return self._get(name, version)
@@ -146,7 +213,7 @@ class FakeCore:
         return LABELS if name == "scores" else None
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        self._get(request.model_name, request.model_version)
+        RequestChecker(self._get(request.model_name, request.model_version)).check(request)
         for tensor in request.inputs.values():
             if not tensor.array.flags.c_contiguous and tensor.array.size:
                 raise InvalidArgumentError("fake core wants contiguous inputs")
@@ -156,6 +223,18 @@ class FakeCore:
             outputs = [t for t in outputs if t.name in wanted]
         self.success[request.model_name] = self.success.get(request.model_name, 0) + 1
         return InferResponse(request.model_name, "1", request.id, outputs)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Each response of a decoupled model in turn; errors raise (first or mid-stream)."""
+        if request.model_name not in STREAMS:
+            yield await self.infer(request)
+            return
+        RequestChecker(self._get(request.model_name, request.model_version)).check(request)
+        try:
+            async for response in STREAMS[request.model_name](request):
+                yield response
+        finally:
+            self.streams_closed.append(request.model_name)
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         names = [name] if name else sorted(self.configs)

@@ -213,7 +213,7 @@ BAD_REQUESTS = [
     ("POST", "/v2/logging", b'{"log_format": "xml"}', {}, 503, "invalid argument for --log_format"),
     ("GET", "/v2/trace/setting", None, {}, 503, "the server does not support tracing"),
     ("GET", "/v2/models/add_one/versions/1/trace/setting", None, {}, 404, "Not Found"),
-    ("POST", "/v2/models/add_one/generate", b"{}", {}, 501, "generate"),
+    ("POST", "/v2/models/add_one/generate", b"{}", {}, 400, "expected 1 inputs but got 0 inputs"),
     ("GET", "/v2/systemsharedmemory/status", None, {}, 200, None),
     ("POST", "/v2/systemsharedmemory/region/r/register", b"{}", {}, 501, "not supported"),
     ("POST", "/v2/cudasharedmemory/region/r/register", b"{}", {}, 400, "GPUs not supported"),

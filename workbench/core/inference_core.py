@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,17 +265,16 @@ class InferenceCore:
         model = self.models.get(request.model_name, request.model_version)
         return await model.infer(request)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """Every response of ``request`` in order (several for a decoupled model); the last
-        has ``final`` set. Errors raise ``WorkbenchError``, before or during the stream."""
+        has ``final`` set. A request the server rejects (unknown model, bad inputs) raises
+        here, at the call; an error of the model raises from the iterator."""
         if self._stopping:
             raise UnavailableError("Server is shutting down; request rejected")
         model = self.models.get(request.model_name, request.model_version)
-        if not isinstance(model, BackendModel):
-            yield await model.infer(request)
-            return
-        async for response in model.infer_stream(request):
-            yield response
+        if isinstance(model, BackendModel):
+            return model.infer_stream(request)
+        return _single_response(model.infer(request))
 
     # -- statistics ----------------------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
@@ -362,6 +361,12 @@ class InferenceCore:
         if unload_dependents and config is not None and cfg.is_ensemble(config):
             for step_model in composing_models(config):
                 await self.models.unload(step_model)
+
+
+async def _single_response(
+    response: Coroutine[Any, Any, InferResponse],
+) -> AsyncIterator[InferResponse]:
+    yield await response
 
 
 class CoreClient:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -131,15 +131,18 @@ class BackendModel:
         self.stats.record_success(rows, times)
         return self._response(request, result)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """Every response of a request, in order; the last one has ``final`` set.
 
-        For a model that is not decoupled this is its one response.
+        The request is checked here (a bad one raises at the call); the model's own errors
+        raise from the iterator. For a model that is not decoupled this is its one response.
         """
         if not self.decoupled:
-            yield await self.infer(request)
-            return
+            return _single(self.infer(request))
         rows = self._checker.check(request)
+        return self._stream(request, rows)
+
+    async def _stream(self, request: InferRequest, rows: int) -> AsyncIterator[InferResponse]:
         times = RequestTimes()
         stream = _ResponseStream(asyncio.get_running_loop())
         request.respond = stream.respond
@@ -151,11 +154,13 @@ class BackendModel:
                     if result is not None and result.error is not None:
                         self.stats.record_failure(times)
                         raise result.error
+                    if final:
+                        # Recorded before the last yield: a consumer stops reading there.
+                        self.stats.record_success(rows, times)
                     if result is not None or final:
                         yield self._response(request, result or ExecResult(), final)
             finally:
                 await asyncio.wait([runner])
-        self.stats.record_success(rows, times)
 
     async def _submit_streaming(self, pending: Pending, stream: _ResponseStream) -> None:
         """Run a decoupled request; an error of the execution itself ends its stream."""
@@ -278,6 +283,10 @@ class BackendModel:
     async def close(self) -> None:
         await self.scheduler.close()
         await self.pool.close()
+
+
+async def _single(response: Coroutine[Any, Any, InferResponse]) -> AsyncIterator[InferResponse]:
+    yield await response
 
 
 class _ResponseStream:

@@ -4,26 +4,31 @@ Routing mirrors ``HTTPAPIServer::Handle`` in Triton 2.51 (the same regular expre
 same order), so paths, 404 and 405 answers match Triton's. Everything is a plain ASGI handler:
 no framework sits on the infer path (a FastAPI route there costs ~25% of throughput, see
 ARCHITECTURE.md), and no request can take the server down: every exception becomes an
-``{"error": ...}`` reply with the status of its category.
+``{"error": ...}`` reply with the status of its category. Generate replies are the one kind sent
+in chunks as the model's responses arrive (``generate.py``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 from workbench.core.inference_core import InferenceCore
 from workbench.errors import InvalidArgumentError
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS, Endpoints
+from workbench.server.http.generate import GenerateEndpoint
 from workbench.server.http.inference import InferEndpoint
-from workbench.server.http.messages import NOT_FOUND, HttpRequest, Reply, error_reply
+from workbench.server.http.messages import (
+    NOT_FOUND,
+    HttpRequest,
+    Receive,
+    Reply,
+    Scope,
+    Send,
+    StreamedReply,
+    error_reply,
+    send_reply,
+)
 from workbench.server.log_settings import LogSettings
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: Triton's ``--http-max-input-size`` default (64 MiB).
 DEFAULT_MAX_INPUT_BYTES = 1 << 26
@@ -58,6 +63,7 @@ class HttpApp:
         self.max_input_bytes = max_input_bytes
         self.log_settings = log_settings or LogSettings()
         self.infer = InferEndpoint(core, max_input_bytes)
+        self.generate = GenerateEndpoint(core)
         self.endpoints = Endpoints(core, extensions, self.log_settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -74,9 +80,12 @@ class HttpApp:
             return
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
             reply = error_reply(exc)
-        await _send_reply(send, reply)
+        if isinstance(reply, Reply):
+            await send_reply(send, reply)
+        else:
+            await reply.respond(send, receive)  # generate: chunked, as responses arrive
 
-    async def dispatch(self, req: HttpRequest) -> Reply:
+    async def dispatch(self, req: HttpRequest) -> Reply | StreamedReply:
         """Route one request the way Triton's ``HTTPAPIServer::Handle`` does."""
         path = req.path
         if path == "/v2/models/stats":
@@ -92,7 +101,7 @@ class HttpApp:
 
     async def _model_route(
         self, req: HttpRequest, model: str, version: str, kind: str
-    ) -> Reply | None:
+    ) -> Reply | StreamedReply | None:
         if kind == "infer":
             return await self.infer(req, model, version)
         if kind == "":
@@ -104,7 +113,7 @@ class HttpApp:
         if kind == "stats":
             return await self.endpoints.model_stats(req, model, version)
         if kind.startswith("generate"):
-            return await self.endpoints.generate(req, model, version)
+            return await self.generate(req, model, version, kind == "generate_stream")
         # trace/setting: only without a version, else Triton falls through to "Not Found"
         return None if version else await self.endpoints.trace(req, model)
 
@@ -152,12 +161,6 @@ def _too_large(size: int, limit: int) -> InvalidArgumentError:
         f"Request body has a byte_size ({size} bytes) that exceeds the maximum allowed value of "
         f"{limit} bytes. Use --http-max-input-size to increase the limit."
     )
-
-
-async def _send_reply(send: Send, reply: Reply) -> None:
-    headers = [(b"content-length", str(len(reply.body)).encode()), *reply.headers]
-    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    await send({"type": "http.response.body", "body": reply.body})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

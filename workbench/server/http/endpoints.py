@@ -115,7 +115,7 @@ class Endpoints:
             await self.core.unload(model, unload_dependents=_unload_dependents(params))
         return EMPTY_OK
 
-    # -- logging, trace, shared memory, generate -----------------------------------------------
+    # -- logging, trace, shared memory ---------------------------------------------------------
     async def logging(self, req: HttpRequest) -> Reply:
         if req.method not in ("GET", "POST"):
             return METHOD_NOT_ALLOWED
@@ -145,11 +145,6 @@ class Endpoints:
                 f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
             )
         raise UnsupportedError("system shared memory is not supported by this server")
-
-    async def generate(self, req: HttpRequest, model: str, version: str) -> Reply:
-        if req.method != "POST":
-            return METHOD_NOT_ALLOWED
-        raise UnsupportedError("the generate extension is not supported by this server")
 
 
 def _parameters(req: HttpRequest) -> dict[str, Any]:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from workbench.errors import InternalError, WorkbenchError
 from workbench.server.http import _json
 from workbench.server.status import error_message, http_status
 
 log = logging.getLogger("workbench.server.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 Headers = list[tuple[bytes, bytes]]
 JSON_TYPE = (b"content-type", b"application/json")
@@ -57,6 +63,20 @@ class Reply:
     headers: Headers = field(default_factory=list)
 
 
+class StreamedReply(Protocol):
+    """A reply that sends itself as it is produced (chunked), watching for the client leaving."""
+
+    async def respond(self, send: Send, receive: Receive) -> None:
+        """Send the whole reply; never raises for a failure of the request."""
+
+
+async def send_reply(send: Send, reply: Reply) -> None:
+    """Send ``reply`` in one piece, with its ``content-length``."""
+    headers = [(b"content-length", str(len(reply.body)).encode()), *reply.headers]
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
 def json_reply(value: Any, status: int = 200, plain: bool = False) -> Reply:
     """A JSON body, labelled ``application/json`` (``text/plain`` where Triton does so)."""
     return Reply(status, _json.dumps(value), [TEXT_TYPE if plain else JSON_TYPE])
@@ -89,8 +109,14 @@ __all__ = [
     "NOT_FOUND",
     "PLAIN_OK",
     "HttpRequest",
+    "Message",
+    "Receive",
     "Reply",
+    "Scope",
+    "Send",
+    "StreamedReply",
     "error_reply",
     "error_text_reply",
     "json_reply",
+    "send_reply",
 ]

@@ -170,7 +170,7 @@ def _decode_input(
         chunk = view[offset : offset + size]
         array = _binary_array(chunk, datatype, shape, name, req)
         return Tensor(name, datatype, array, params), offset + size
-    array = _json_array(spec.get("data"), datatype, shape, name)
+    array = json_array(spec.get("data"), datatype, shape, name)
     return Tensor(name, datatype, array, params), offset
 
 
@@ -227,7 +227,8 @@ def _binary_array(
     return tensor_from_buffer(chunk, datatype, shape, prefix, name, req.model_name)
 
 
-def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+def json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """An input's JSON ``data`` (a list, any nesting) as an array of ``shape``; Triton's errors."""
     count = math.prod(shape)
     if count == 0:
         return np.empty(shape, dtype=WIRE_TO_NUMPY[datatype])
@@ -238,7 +239,7 @@ def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> 
         )
     if not isinstance(data, list):
         raise access_error("data", NON_ARRAY)
-    flat = _flatten(data)
+    flat = flatten_json(data)
     if len(flat) != count:
         raise InternalError(
             "Unable to parse 'data': Shape does not match true shape of 'data' field"
@@ -248,7 +249,7 @@ def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> 
     return _json_numbers(flat, datatype).reshape(shape)
 
 
-def _flatten(data: list[Any]) -> list[Any]:
+def flatten_json(data: list[Any]) -> list[Any]:
     """Nested lists -> one flat list (Triton accepts any nesting whose leaf count matches)."""
     if not any(isinstance(item, list) for item in data):
         return data
@@ -337,4 +338,4 @@ def _check_output_parameters(params: dict[str, Any]) -> None:
         raise access_error("binary_data", NON_BOOL)
 
 
-__all__ = ["decode_infer_request", "parse_header_length"]
+__all__ = ["decode_infer_request", "flatten_json", "json_array", "parse_header_length"]
