@@ -161,7 +161,7 @@ def test_golden_configs_are_valid(name: str, model_name: str) -> None:
         (
             'ensemble_scheduling { step [{ model_name: "a" }] }',
             "ensemble_scheduling",
-            "only an ensemble",
+            "only an ensemble may set it",
         ),
     ],
 )
@@ -303,6 +303,8 @@ def test_other_backends_do_not_need_model_py(tmp_path: Path) -> None:
 
 
 # --- ensembles -----------------------------------------------------------------------------
+# Messages start with Triton 2.51's own text (ValidateEnsembleSchedulingConfig), then say what
+# to change.
 
 
 def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
@@ -320,10 +322,29 @@ def test_valid_ensemble() -> None:
     assert ensemble(step("a", {"x": "IN"}, {"y": "t"}), step("b", {"x": "t"}, {"y": "OUT"})) == []
 
 
+def test_one_tensor_may_feed_several_steps() -> None:
+    problems = ensemble(
+        step("a", {"x": "IN"}, {"y": "t"}),
+        step("b", {"x": "IN", "w": "t"}, {"y": "u"}),
+        step("c", {"x": "t", "w": "u"}, {"y": "OUT"}),
+    )
+    assert problems == []
+
+
+def test_ensemble_scheduling_on_a_plain_model() -> None:
+    problems = validate(base('ensemble_scheduling { step [{ model_name: "a" }] }'))
+    message = next(p.message for p in problems if p.field == "ensemble_scheduling")
+    assert "ensemble scheduling cannot be set for model 'm' whose platform is not ensemble" in (
+        message
+    )
+    assert 'set platform: "ensemble"' in message
+
+
 def test_ensemble_without_steps() -> None:
     for text in (ENSEMBLE, ENSEMBLE + "ensemble_scheduling { }"):
         problems = validate(parse_pbtxt(text))
         assert fields(problems) == ["ensemble_scheduling.step"]
+        assert "must specify 'step' for ensemble 'e'" in problems[0].message
         assert "at least one step" in problems[0].message
 
 
@@ -334,6 +355,10 @@ def test_ensemble_forbids_backend_instances_optimization_and_warmup() -> None:
         'model_warmup [{ name: "w" }]',
     )
     assert sorted(fields(problems)) == ["backend", "instance_group", "model_warmup", "optimization"]
+    messages = " | ".join(p.message for p in problems)
+    assert "instance group should not be specified for ensemble 'e'; remove" in messages
+    assert "optimization should not be specified for ensemble 'e'; remove" in messages
+    assert "model_warmup can not be specified for ensemble 'e'; remove" in messages
 
 
 def test_ensemble_step_fields() -> None:
@@ -343,6 +368,8 @@ def test_ensemble_step_fields() -> None:
         "ensemble_scheduling.step[1].input_map",
         "ensemble_scheduling.step[1].output_map",
     ]
+    assert "must specify 'model_name' in step 0 of ensemble 'e'" in problems[0].message
+    assert "must specify 'input_map' in step 1 of ensemble 'e'" in problems[1].message
     assert "step 1 (model 'b') has an empty 'input_map'" in problems[1].message
 
 
@@ -350,15 +377,26 @@ def test_ensemble_reads_an_unknown_tensor() -> None:
     problems = ensemble(step("a", {"x": "IN", "w": "nowhere"}, {"y": "OUT"}))
     assert "ensemble_scheduling.step[0].input_map" in fields(problems)
     message = next(p.message for p in problems if p.field.endswith("input_map"))
-    assert "step 0 (model 'a')" in message
-    assert "'nowhere'" in message
+    assert "ensemble tensor 'nowhere' is not connected" in message
+    assert "step 0 (model 'a') feeds its input 'w' from 'nowhere'" in message
     assert "neither an ensemble input nor written by any step" in message
+    # The output it feeds can never be computed, and Triton names the same culprit.
+    output = next(p.message for p in problems if p.field == "output[0].name")
+    assert (
+        "output 'OUT' for ensemble 'e' is not written: at least one of its depending "
+        "tensors, 'nowhere', is not connected" in output
+    )
 
 
 def test_ensemble_tensor_written_twice() -> None:
     problems = ensemble(step("a", {"x": "IN"}, {"y": "OUT"}), step("b", {"x": "IN"}, {"y": "OUT"}))
     assert fields(problems) == ["ensemble_scheduling.step[1].output_map"]
-    assert "which step 0 already writes" in problems[0].message
+    message = problems[0].message
+    assert (
+        "ensemble tensor 'OUT' can appear in an output map only once for ensemble 'e' step 1"
+        in message
+    )
+    assert "which step 0 already writes" in message
 
 
 def test_ensemble_output_never_written_and_input_never_read() -> None:
@@ -368,14 +406,32 @@ def test_ensemble_output_never_written_and_input_never_read() -> None:
         'output [{ name: "OUT2" data_type: TYPE_FP32 dims: [1] }]',
     )
     assert sorted(fields(problems)) == ["input[1].name", "output[1].name"]
-    assert any("'OUT2' is not written by any step" in p.message for p in problems)
-    assert any("'SPARE' is not read by any step" in p.message for p in problems)
+    messages = {p.field: p.message for p in problems}
+    # Triton's texts, unbalanced quote included.
+    assert (
+        "ensemble output 'OUT2' for ensemble e' is not used: no step writes 'OUT2'"
+        in messages["output[1].name"]
+    )
+    assert (
+        "ensemble input 'SPARE' for ensemble e' is not used: no step reads 'SPARE'"
+        in messages["input[1].name"]
+    )
+
+
+def test_ensemble_output_read_but_never_written() -> None:
+    problems = ensemble(
+        step("a", {"x": "IN", "w": "OUT2"}, {"y": "OUT"}),
+        extra='output [{ name: "OUT2" data_type: TYPE_FP32 dims: [1] }]',
+    )
+    message = next(p.message for p in problems if p.field == "output[1].name")
+    assert "output 'OUT2' for ensemble 'e' is not written: no step writes 'OUT2'" in message
 
 
 def test_ensemble_step_output_unused() -> None:
     problems = ensemble(step("a", {"x": "IN"}, {"y": "OUT", "z": "dangling"}))
     assert fields(problems) == ["ensemble_scheduling.step[0].output_map"]
-    assert "'dangling'" in problems[0].message
+    assert "ensemble tensor 'dangling' is unused in ensemble 'e'" in problems[0].message
+    assert "remove it from that step's 'output_map'" in problems[0].message
 
 
 def test_ensemble_cycle() -> None:
@@ -384,9 +440,15 @@ def test_ensemble_cycle() -> None:
         step("b", {"x": "t1"}, {"y": "t2", "o": "OUT"}),
     )
     assert fields(problems) == ["ensemble_scheduling.step", "output[0].name"]
-    assert "cycle" in problems[0].message
-    assert "step 0 (model 'a') -> step 1 (model 'b') -> step 0 (model 'a')" in problems[0].message
-    assert "'OUT' can never be computed" in problems[1].message
+    assert (
+        "steps form a cycle: step 0 (model 'a') -> 't1' -> step 1 (model 'b') -> 't2' -> "
+        "step 0 (model 'a')" in problems[0].message
+    )
+    assert (
+        "output 'OUT' for ensemble 'e' is not written: at least one of its depending tensors, "
+        "'t2', is not connected" in problems[1].message
+    )
+    assert "step 1 (model 'b') writes 'OUT' but can never run" in problems[1].message
 
 
 def test_broken_ensemble_file_reports_everything() -> None:
@@ -400,4 +462,7 @@ def test_broken_ensemble_file_reports_everything() -> None:
         ]
     )
     cycle = next(p for p in problems if p.field == "ensemble_scheduling.step")
-    assert "step 1 (model 'b') -> step 2 (model 'c') -> step 1 (model 'b')" in cycle.message
+    assert (
+        "step 1 (model 'b') -> 't1' -> step 2 (model 'c') -> 't2' -> step 1 (model 'b')"
+        in cycle.message
+    )

@@ -224,12 +224,18 @@ class FakeCore:
         self.success[request.model_name] = self.success.get(request.model_name, 0) + 1
         return InferResponse(request.model_name, "1", request.id, outputs)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
-        """Each response of a decoupled model in turn; errors raise (first or mid-stream)."""
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        """Each response of a decoupled model in turn. As the real core: a request it rejects
+        raises at the call; a model's error raises from the iterator (first or mid-stream)."""
         if request.model_name not in STREAMS:
-            yield await self.infer(request)
-            return
+            return self._one(request)
         RequestChecker(self._get(request.model_name, request.model_version)).check(request)
+        return self._stream(request)
+
+    async def _one(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        yield await self.infer(request)
+
+    async def _stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         try:
             async for response in STREAMS[request.model_name](request):
                 yield response

@@ -16,7 +16,9 @@ import pytest
 import requests
 
 from tests.core.conftest import write_add_model
-from workbench.server.cli import build_parser
+from workbench.errors import InvalidArgumentError
+from workbench.server.cli import build_parser, cache_size, main, rate_limit_resources
+from workbench.server.hosting import Server
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +44,108 @@ def test_parser_takes_tritonserver_flag_names() -> None:
     assert args.model_repository == ["/m"] and args.http_port == 9000
     assert args.load_model == ["a", "b"] and args.model_control_mode == "explicit"
     assert args.strict_model_config is False and args.exit_timeout_secs == 3.0
+
+
+def test_cache_and_rate_limit_flags_take_tritonserver_spellings() -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--model-repository=/m",
+            "--cache-config",
+            "local,size=1048576",
+            "--rate-limit=execution_count",
+            "--rate-limit-resource=R1:4",
+            "--rate-limit-resource",
+            "R2:2:0",
+        ]
+    )
+    assert cache_size(args.cache_config, args.response_cache_byte_size) == 1048576
+    assert args.rate_limit == "execution_count"
+    assert rate_limit_resources(args.rate_limit_resource) == {"R1": 4, "R2": 2}
+    equals = build_parser().parse_args(
+        ["serve", "--model-repository=/m", "--cache-config=local,size=8"]
+    )
+    assert cache_size(equals.cache_config, None) == 8
+    legacy = build_parser().parse_args(
+        ["serve", "--model-repository=/m", "--response-cache-byte-size", "4096"]
+    )
+    assert cache_size(legacy.cache_config, legacy.response_cache_byte_size) == 4096
+    assert cache_size([], None) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "legacy", "message"),
+    [
+        (
+            ["local,size=10"],
+            "10",
+            "Incompatible flags --response-cache-byte-size and --cache-config",
+        ),
+        (["size=10"], None, "No cache specified. --cache-config option format is"),
+        (["local,size"], None, "--cache-config option format is '<cache name>,<setting>=<value>'"),
+        (["local,size="], None, "Got local,size="),
+        (["redis,host=localhost"], None, "only the 'local' cache is supported"),
+        (["local,other=1"], None, "didn't contain a valid 'size' field"),
+        (["local,size=1MB"], None, "invalid size '1MB'"),
+        ([], "-5", "invalid size '-5'"),
+    ],
+)
+def test_bad_cache_config_is_a_clear_error(
+    flags: list[str], legacy: str | None, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        cache_size(flags, legacy)
+    assert message in str(caught.value)
+
+
+def test_rate_limit_resources_merge_devices_and_reject_bad_specs() -> None:
+    assert rate_limit_resources(["R:2:0", "R:5:1", "G:1"]) == {"R": 5, "G": 1}
+    for bad in ("R", "R:x", ":2", "R:2:0:1", "R:2:gpu", "R:-1"):
+        with pytest.raises(InvalidArgumentError, match="rate-limit-resource"):
+            rate_limit_resources([bad])
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--rate-limit=sometimes", "invalid argument for --rate-limit: 'sometimes'"),
+        ("--cache-config=local,size=big", "invalid size 'big'"),
+        ("--rate-limit-resource=R", "--rate-limit-resource option format is"),
+    ],
+)
+def test_invalid_values_exit_1_with_the_message(
+    flag: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", f"--model-repository={tmp_path}", "--http-port=0", flag]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and message in error
+
+
+def test_server_keywords_fill_core_options(tmp_path: Path) -> None:
+    server = Server(
+        tmp_path,
+        http_port=0,
+        cache_size=1 << 20,
+        rate_limit="EXECUTION_COUNT",
+        rate_limit_resources={"R1": 2},
+    )
+    core = server.options.core
+    assert core.cache_size == 1 << 20 and core.rate_limit == "execution_count"
+    assert dict(core.rate_limit_resources) == {"R1": 2}
+    defaults = Server(tmp_path, http_port=0).options.core
+    assert (defaults.cache_size, defaults.rate_limit, dict(defaults.rate_limit_resources)) == (
+        0,
+        "off",
+        {},
+    )
+    for bad in (
+        {"cache_size": -1},
+        {"rate_limit": "fast"},
+        {"rate_limit_resources": {"R": -2}},
+        {"rate_limit_resources": {"": 1}},
+    ):
+        with pytest.raises(InvalidArgumentError):
+            Server(tmp_path, http_port=0, **bad)  # type: ignore[arg-type]
 
 
 def _start(repo: Path) -> tuple[subprocess.Popen[str], str]:

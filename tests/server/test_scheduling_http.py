@@ -285,11 +285,11 @@ def test_preserve_ordering_returns_responses_in_request_order(repo: Path, serve:
     finished: list[int] = []
 
     def call(index: int, sleep_s: float) -> None:
-        time.sleep(index * 0.05)
+        time.sleep(index * 0.2)  # generous: thread start-up is slow on a loaded machine
         infer(url, "ordered", sleep_s)
         finished.append(index)
 
-    concurrently([lambda: call(0, 0.4), lambda: call(1, 0.0)])
+    concurrently([lambda: call(0, 0.8), lambda: call(1, 0.0)])
     assert finished == [0, 1]
 
 

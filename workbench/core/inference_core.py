@@ -23,6 +23,7 @@ from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
 from workbench.core.model import BackendModel, model_metadata
 from workbench.core.rate_limiter import RateLimiter
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.response_cache import ResponseCache
 from workbench.errors import (
     InternalError,
     InvalidArgumentError,
@@ -124,7 +125,7 @@ class InferenceCore:
             config_name=self.options.config_name,
             gpu_count=detect_gpu_count() if gpus is None else gpus,
             rate_limiter=self._rate_limiter(),
-            cache=None,
+            cache=ResponseCache(self.options.cache_size) if self.options.cache_size else None,
         )
         self.models = ModelManager(repository, load_options, client=lambda: self.client)
         self.client: CoreClient | None = None

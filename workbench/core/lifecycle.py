@@ -12,7 +12,6 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -21,9 +20,11 @@ from workbench import config as cfg
 from workbench.backends import backend_for, get_backend
 from workbench.backends.base import InferenceClient, InstanceContext
 from workbench.core.ensemble import EnsembleModel, composing_models
+from workbench.core.ensemble_validation import ComposingModel, load_problems
 from workbench.core.instances import InstancePool
 from workbench.core.model import BackendModel, ServingModel
 from workbench.core.rate_limiter import RateLimiter, Resources
+from workbench.core.response_cache import ResponseCache
 from workbench.core.warmup import warm_up
 from workbench.errors import (
     InvalidArgumentError,
@@ -62,7 +63,7 @@ class LoadOptions:
     #: server-wide, when the server runs with ``--rate-limit execution_count``
     rate_limiter: RateLimiter | None = None
     #: the server's response cache (``--cache-config``), if any
-    cache: Any = None
+    cache: ResponseCache | None = None
     gpu_count: int = 0
 
 
@@ -215,7 +216,7 @@ class ModelManager:
             limiter=self.options.rate_limiter,
         )
         await pool.create(backend)
-        model = BackendModel(config, version, pool, cache=self.options.cache)
+        model = BackendModel(config, version, pool, cache=self.options.cache, model_path=path)
         try:  # Triton warms up every instance before the version is READY
             await warm_up(config, path, model.instance_count, model.run_on_instance)
         except BaseException:
@@ -224,12 +225,22 @@ class ModelManager:
         return model
 
     def _require_composing(self, config: ModelConfig) -> None:
-        missing = [m for m in composing_models(config) if not self.is_ready(m)]
-        if missing:
-            names = ", ".join(f"'{m}'" for m in missing)
-            raise UnavailableError(
-                f"ensemble '{config.name}' depends on {names} which has no loaded version"
+        """Refuse an ensemble whose composing models are missing, not loaded, or do not fit
+        its data flow (names, data types, shapes, batch sizes); the message lists every
+        problem, in Triton's words followed by what to change."""
+        composing = {}
+        for name in composing_models(config):
+            record = self._records.get(name)
+            loaded = record is not None and bool(record.versions)
+            composing[name] = ComposingModel(
+                known=name in self.repository or loaded,
+                config=record.config if record is not None and loaded else None,
+                versions=sorted(record.versions) if record is not None else (),
+                failure=record.reason if record is not None else "",
             )
+        problems = load_problems(config, composing)
+        if problems:
+            raise InvalidArgumentError("; ".join(problems))
 
     @staticmethod
     def _resources(config: ModelConfig) -> list[Resources]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -17,7 +18,9 @@ from workbench.core.dynamic_batcher import DynamicBatcher
 from workbench.core.instances import InstancePool, Worker
 from workbench.core.queue_policy import QueueFullError
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.response_cache import ResponseCache, cache_for
 from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
+from workbench.core.sequence_batcher import SequenceBatcher
 from workbench.core.statistics import ModelStatistics, RequestTimes
 from workbench.errors import InternalError, InvalidArgumentError, WorkbenchError
 
@@ -92,7 +95,8 @@ class BackendModel:
         config: ModelConfig,
         version: int,
         pool: InstancePool,
-        cache: Any = None,
+        cache: ResponseCache | None = None,
+        model_path: Path | None = None,
     ) -> None:
         self.name = config.name
         self.version = version
@@ -104,8 +108,8 @@ class BackendModel:
         self._checker = RequestChecker(config)
         self._batched = config.max_batch_size > 0
         self._inflight = InFlight()
-        self._cache = cache if config.response_cache.enable else None
-        self.scheduler: Scheduler = make_scheduler(config, self)
+        self._cache = cache_for(config, cache)
+        self.scheduler: Scheduler = make_scheduler(config, self, model_path)
 
     # -- requests ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -116,6 +120,12 @@ class BackendModel:
             )
         rows = self._checker.check(request)
         times = RequestTimes()
+        lookup = None
+        if self._cache is not None:
+            lookup = self._cache.lookup_request(self.name, self.version, request)
+            if lookup.outputs is not None:
+                self.stats.record_cache_hit(times, lookup.started_ns, lookup.lookup_ns)
+                return self._response(request, ExecResult(outputs=lookup.outputs))
         with self._inflight:
             pending = self._pending(request, rows, times)
             try:
@@ -129,6 +139,10 @@ class BackendModel:
             self.stats.record_failure(times)
             raise result.error
         self.stats.record_success(rows, times)
+        if lookup is not None and self._cache is not None:
+            miss_ns = self._cache.insert_response(lookup, result.outputs)
+            if miss_ns is not None:
+                self.stats.record_cache_miss(miss_ns)
         return self._response(request, result)
 
     def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
@@ -311,12 +325,15 @@ class _ResponseStream:
         return result, final
 
 
-def make_scheduler(config: ModelConfig, executor: Executor) -> Scheduler:
-    """The scheduler the config asks for (Triton: sequence, dynamic or default)."""
-    if config.HasField("sequence_batching"):
-        from workbench.core.sequence_batcher import SequenceBatcher
+def make_scheduler(
+    config: ModelConfig, executor: Executor, model_path: Path | None = None
+) -> Scheduler:
+    """The scheduler the config asks for (Triton: sequence, dynamic or default).
 
-        return SequenceBatcher(config, executor)
+    ``model_path`` is where ``initial_state { data_file }`` files are found.
+    """
+    if config.HasField("sequence_batching"):
+        return SequenceBatcher(config, executor, model_path=model_path)
     if config.HasField("dynamic_batching"):
         return DynamicBatcher(config, executor)
     return DirectScheduler(executor)

@@ -85,6 +85,20 @@ class ModelStatistics:
             self.inference["compute_infer"].add(times.infer_done - times.input_done)
             self.inference["compute_output"].add(times.output_done - times.infer_done)
 
+    def record_cache_hit(self, times: RequestTimes, lookup_started: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: Triton counts a success and its queue
+        time (until the lookup), but no inference, execution or compute (and it leaves
+        ``last_inference`` alone)."""
+        with self._lock:
+            self.inference["success"].add(time.monotonic_ns() - times.received)
+            self.inference["queue"].add(lookup_started - times.received)
+            self.inference["cache_hit"].add(lookup_ns)
+
+    def record_cache_miss(self, ns: int) -> None:
+        """A miss whose response was then stored (lookup plus insertion time)."""
+        with self._lock:
+            self.inference["cache_miss"].add(ns)
+
     def record_failure(self, times: RequestTimes) -> None:
         with self._lock:
             self.last_inference_ms = time.time_ns() // 1_000_000

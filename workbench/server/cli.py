@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from workbench.errors import WorkbenchError
+from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
+
+log = logging.getLogger("workbench.server")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -54,6 +56,110 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     flag("--exit-timeout-secs", type=float, default=30.0)
     flag("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_BYTES)
     flag("--log-verbose", type=int, default=0)
+    _add_cache_and_rate_limit(flag)
+
+
+def _add_cache_and_rate_limit(flag: Callable[..., object]) -> None:
+    flag(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="<cache>,<setting>=<value>",
+        help="response cache settings, e.g. local,size=1048576 (repeatable)",
+    )
+    flag(
+        "--response-cache-byte-size",
+        default=None,
+        metavar="BYTES",
+        help="deprecated alias of --cache-config local,size=BYTES",
+    )
+    flag("--rate-limit", default="off", help="off (default) or execution_count")
+    flag(
+        "--rate-limit-resource",
+        action="append",
+        default=[],
+        metavar="<name>:<count>[:<device>]",
+        help="resources available to the rate limiter (repeatable)",
+    )
+
+
+def cache_size(cache_config: Sequence[str], response_cache_byte_size: str | None) -> int:
+    """Bytes of the local response cache from ``--cache-config`` flags (0: no cache)."""
+    if response_cache_byte_size is not None:
+        if cache_config:
+            raise InvalidArgumentError(
+                "Incompatible flags --response-cache-byte-size and --cache-config both "
+                "provided. Please provide one or the other."
+            )
+        cache_config = [f"local,size={response_cache_byte_size}"]
+    settings: dict[str, dict[str, str]] = {}
+    for text in cache_config:
+        name, setting, value = _cache_setting(text)
+        settings.setdefault(name, {})[setting] = value
+    if not settings:
+        return 0
+    unknown = sorted(set(settings) - {"local"})
+    if unknown:
+        raise InvalidArgumentError(
+            f"cache '{unknown[0]}' is not available: only the 'local' cache is supported"
+        )
+    local = settings["local"]
+    for ignored in sorted(set(local) - {"size"}):
+        log.warning("--cache-config: the local cache ignores setting '%s'", ignored)
+    if "size" not in local:
+        raise InvalidArgumentError(
+            "Failed to initialize LocalCache: config didn't contain a valid 'size' field."
+        )
+    size = local["size"]
+    if not size.isdigit():
+        raise InvalidArgumentError(
+            f"Failed to initialize LocalCache: invalid size '{size}': expected a number of bytes"
+        )
+    return int(size)
+
+
+def _cache_setting(text: str) -> tuple[str, str, str]:
+    """``<cache>,<setting>=<value>`` (tritonserver's format and messages)."""
+    name, comma, rest = text.partition(",")
+    if not comma or not name:
+        raise InvalidArgumentError(
+            "No cache specified. --cache-config option format is "
+            f"<cache name>,<setting>=<value>. Got {text}"
+        )
+    setting, equals, value = rest.partition("=")
+    if not equals or not setting or not value:
+        raise InvalidArgumentError(
+            f"--cache-config option format is '<cache name>,<setting>=<value>'. Got {text}"
+        )
+    return name, setting, value
+
+
+def rate_limit_resources(specs: Sequence[str]) -> dict[str, int]:
+    """``--rate-limit-resource <name>:<count>[:<device>]`` flags as one count per name.
+
+    Devices are accepted but not modelled (one pool per name), so a name listed for several
+    devices keeps its largest count.
+    """
+    resources: dict[str, int] = {}
+    for spec in specs:
+        parts = spec.split(":")
+        numbers = parts[1:]
+        if len(parts) not in (2, 3) or not parts[0] or not all(_is_int(n) for n in numbers):
+            raise InvalidArgumentError(
+                "--rate-limit-resource option format is '<resource_name>:<count>:<device>' "
+                f"or '<resource_name>:<count>'. Got {spec}"
+            )
+        count = int(numbers[0])
+        if count < 0:
+            raise InvalidArgumentError(
+                f"--rate-limit-resource: count of '{parts[0]}' must not be negative. Got {spec}"
+            )
+        resources[parts[0]] = max(count, resources.get(parts[0], 0))
+    return resources
+
+
+def _is_int(text: str) -> bool:
+    return text.removeprefix("-").isdigit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +189,9 @@ def serve(args: argparse.Namespace) -> int:
         exit_timeout_secs=args.exit_timeout_secs,
         max_input_bytes=args.http_max_input_size,
         log_verbose=args.log_verbose,
+        cache_size=cache_size(args.cache_config, args.response_cache_byte_size),
+        rate_limit=args.rate_limit,
+        rate_limit_resources=rate_limit_resources(args.rate_limit_resource),
     )
     server.serve_forever()
     return 0

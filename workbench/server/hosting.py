@@ -13,7 +13,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -21,10 +21,12 @@ import uvicorn
 
 from workbench._types import StrPath
 from workbench.core import CoreOptions, InferenceCore
-from workbench.errors import UnavailableError, WorkbenchError
+from workbench.errors import InvalidArgumentError, UnavailableError, WorkbenchError
 from workbench.server.http import create_app
 
 log = logging.getLogger("workbench.server")
+#: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
+RATE_LIMIT_MODES = ("off", "execution_count")
 #: Triton's ``--http-max-input-size`` default.
 DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
 
@@ -65,6 +67,23 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_limits(cache_size: int, rate_limit: str, resources: Mapping[str, int]) -> None:
+    """Reject bad response-cache and rate-limiter settings before anything starts."""
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+        raise InvalidArgumentError(
+            f"cache_size must be a number of bytes (0: no response cache), got {cache_size!r}"
+        )
+    if rate_limit.lower() not in RATE_LIMIT_MODES:
+        raise InvalidArgumentError(
+            f"invalid argument for --rate-limit: '{rate_limit}' (expected off or execution_count)"
+        )
+    for name, count in resources.items():
+        if not name or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidArgumentError(
+                f"rate limiter resource {name!r} needs a non-negative count, got {count!r}"
+            )
+
+
 class _UvicornServer(uvicorn.Server):
     """uvicorn without its own signal handling: ours drains and exits 0 (uvicorn re-raises)."""
 
@@ -96,7 +115,11 @@ class Server:
         exit_timeout_secs: float = 30.0,
         max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
         log_verbose: int = 0,
+        cache_size: int = 0,
+        rate_limit: str = "off",
+        rate_limit_resources: Mapping[str, int] | None = None,
     ) -> None:
+        _check_limits(cache_size, rate_limit, rate_limit_resources or {})
         self.model_repository = model_repository
         self.options = ServerOptions(
             http_port=http_port,
@@ -111,6 +134,9 @@ class Server:
                 strict_config=strict_model_config,
                 strict_readiness=strict_readiness,
                 config_name=model_config_name,
+                cache_size=cache_size,
+                rate_limit=rate_limit.lower(),
+                rate_limit_resources=dict(rate_limit_resources or {}),
             ),
         )
         self.core: InferenceCore | None = None
@@ -238,6 +264,7 @@ class Server:
                 log_level="warning" if self.options.log_verbose == 0 else "info",
                 timeout_graceful_shutdown=int(self.options.exit_timeout_secs),
                 http="httptools",
+                proxy_headers=False,  # not a proxy; saves a middleware on every request
             )
             self._uvicorn = _UvicornServer(config)
             assert self._socket is not None

@@ -54,9 +54,10 @@ _NOT_ONE_RESPONSE = (
     "generates various number of responses"
 )
 #: Triton answers a request its core refuses (validation, unknown or unavailable model) with a
-#: plain JSON error, but a model's error response with the stream's status and framing. Both
-#: reach us as an exception from the core stream's first step, so the code tells them apart.
-_REJECTED_CODES = frozenset({"INVALID_ARG", "NOT_FOUND", "UNAVAILABLE"})
+#: plain JSON error (``infer_stream`` raises those at the call), but an error that comes back
+#: as a response with 400 whatever its code (observed: an INTERNAL error response, which
+#: ``/infer`` answers with 500, makes ``generate_stream`` answer 400).
+_ERROR_RESPONSE_STATUS = 400
 
 
 class GenerateEndpoint:
@@ -85,14 +86,6 @@ def _is_flag_only(response: InferResponse) -> bool:
     return response.final and not response.outputs and not response.parameters
 
 
-class _Rejected(Exception):
-    """The core refused the request before it ran: answer a plain error reply."""
-
-    def __init__(self, error: WorkbenchError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
 class GenerateReply:
     """The reply of a generate request: sent as the core's responses arrive."""
 
@@ -115,8 +108,6 @@ class GenerateReply:
     async def _send_guarded(self, send: Send) -> None:
         try:
             await self._send(send)
-        except _Rejected as rejected:
-            await send_reply(send, error_reply(rejected.error))
         except Exception as exc:  # noqa: BLE001 - a bug must not take the server down
             if not self.started:
                 await send_reply(send, error_reply(exc))
@@ -145,20 +136,16 @@ class GenerateReply:
 
     async def _events(self) -> AsyncGenerator[tuple[int, bytes], None]:
         """(status, body) per core response; an empty body for a bare final flag."""
-        first = True
         while True:  # ends with the core's stream: its final response, its end or an error
             try:
                 response = await anext(self.responses)
             except StopAsyncIteration:
                 return
             except Exception as exc:  # noqa: BLE001 - every failure becomes an error event
-                if first and isinstance(exc, WorkbenchError) and exc.code in _REJECTED_CODES:
-                    raise _Rejected(exc) from exc
                 if not isinstance(exc, WorkbenchError):
                     log.exception("a streamed inference failed", exc_info=exc)
-                yield http_status(exc), self._frame(_error_json(error_message(exc)))
+                yield _ERROR_RESPONSE_STATUS, self._frame(_error_json(error_message(exc)))
                 return
-            first = False
             yield self._event(response)
             if response.final:
                 return
