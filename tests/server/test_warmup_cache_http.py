@@ -177,7 +177,7 @@ def test_failing_warmup_leaves_the_model_unavailable_with_the_reason(repo: Path)
         entry = index_entry(server, "bad")
         assert entry["state"] == "UNAVAILABLE"
         reason = entry["reason"]
-        assert reason.startswith("failed to run warmup sample 'bad': "), reason
+        assert reason.startswith("Invalid argument: failed to run warmup sample 'bad': "), reason
         # one error per request of the sample's batch, each followed by "; " (as Triton)
         assert reason.count("warmup boom") == 2 and reason.endswith("; "), reason
 

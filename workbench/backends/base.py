@@ -37,6 +37,9 @@ class ExecResult:
     outputs: list[Tensor] = field(default_factory=list)
     error: WorkbenchError | None = None
     parameters: Parameters = field(default_factory=dict)
+    #: The model answered with an error *response* (rather than failing to execute): Triton's
+    #: python backend still reports such a request as a success in the statistics.
+    error_is_response: bool = False
 
 
 #: ``respond(result, final)`` sends one response of a decoupled request from any thread.

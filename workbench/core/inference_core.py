@@ -25,6 +25,7 @@ from workbench.core.rate_limiter import RateLimiter
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache
 from workbench.errors import (
+    ConfigError,
     InternalError,
     InvalidArgumentError,
     UnavailableError,
@@ -352,7 +353,7 @@ class InferenceCore:
         try:
             await self._load_with_dependencies(name, override, path)
         except WorkbenchError as exc:
-            raise InternalError(f"failed to load '{name}': {exc}") from exc
+            raise load_error(name, exc) from exc
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self._require_model_control()
@@ -362,6 +363,17 @@ class InferenceCore:
         if unload_dependents and config is not None and cfg.is_ensemble(config):
             for step_model in composing_models(config):
                 await self.models.unload(step_model)
+
+
+def load_error(name: str, error: WorkbenchError) -> WorkbenchError:
+    """What Triton 2.51 answers to a failed repository load (the reason is in the index).
+
+    A configuration it cannot accept fails its repository poll (500); a model that fails
+    while loading answers 400 ``load failed for model '<name>': ...`` with a trailing newline.
+    """
+    if isinstance(error, ConfigError):
+        return InternalError(f"failed to load '{name}', failed to poll from model repository")
+    return InvalidArgumentError(f"load failed for model '{name}': {error}\n")
 
 
 async def _single_response(

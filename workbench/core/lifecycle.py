@@ -27,12 +27,34 @@ from workbench.core.rate_limiter import RateLimiter, Resources
 from workbench.core.response_cache import ResponseCache
 from workbench.core.warmup import warm_up
 from workbench.errors import (
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
     WorkbenchError,
 )
 from workbench.repository import ModelRepository
+
+#: Triton's text for each error code (``Status::CodeString``), as load errors show it
+_CODE_TEXT = {
+    "INTERNAL": "Internal",
+    "NOT_FOUND": "Not found",
+    "INVALID_ARG": "Invalid argument",
+    "UNAVAILABLE": "Unavailable",
+    "UNSUPPORTED": "Unsupported",
+    "ALREADY_EXISTS": "Already exists",
+    "CANCELLED": "Cancelled",
+}
+
+
+class VersionLoadError(InvalidArgumentError):
+    """A version of a model failed to load (its backend, ``initialize`` or warmup failed)."""
+
+    def __init__(self, version: int, cause: WorkbenchError) -> None:
+        self.version = version
+        #: what the repository index shows, e.g. ``Invalid argument: failed to run warmup ...``
+        self.reason = f"{_CODE_TEXT.get(cause.code, 'Unknown')}: {cause}"
+        super().__init__(f"version {version} is at UNAVAILABLE state: {self.reason};")
 
 
 class ModelState(str, enum.Enum):
@@ -125,6 +147,10 @@ class ModelManager:
                 record.state = ModelState.LOADING
             try:
                 new_config, versions = await self._build(name, config, path)
+            except VersionLoadError as exc:
+                record.reason = exc.reason
+                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+                raise
             except WorkbenchError as exc:
                 record.reason = str(exc)
                 record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
@@ -171,7 +197,7 @@ class ModelManager:
         built: dict[int, ServingModel] = {}
         try:
             for version in versions:
-                built[version] = await self._build_version(config, model_path, version)
+                built[version] = await self._build_one(config, model_path, version)
         except BaseException:
             await self._retire(list(built.values()))
             raise
@@ -204,6 +230,18 @@ class ModelManager:
         cfg.fill_defaults(config, gpu_count=self.options.gpu_count)
         cfg.check(config, model_name=name, model_path=path)
         return config
+
+    async def _build_one(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
+        """Build a version; a backend model's failure says which version, as Triton does."""
+        if cfg.is_ensemble(config):
+            return await self._build_version(config, path, version)
+        try:
+            return await self._build_version(config, path, version)
+        except WorkbenchError as exc:
+            raise VersionLoadError(version, exc) from exc
+        except Exception as exc:  # user code (initialize, warmup) must not escape unexplained
+            cause = InternalError(f"{type(exc).__name__}: {exc}")
+            raise VersionLoadError(version, cause) from exc
 
     async def _build_version(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
         if cfg.is_ensemble(config):

@@ -136,7 +136,10 @@ class BackendModel:
                 self.stats.record_failure(times)
                 raise
         if result.error is not None:
-            self.stats.record_failure(times)
+            if result.error_is_response:
+                self.stats.record_success(rows, times)
+            else:
+                self.stats.record_failure(times)
             raise result.error
         self.stats.record_success(rows, times)
         if lookup is not None and self._cache is not None:
