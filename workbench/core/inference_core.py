@@ -205,7 +205,12 @@ class InferenceCore:
             with contextlib.suppress(WorkbenchError):
                 peek = self.repository.read_config(name, config_name=self.options.config_name)
         if peek is not None and cfg.is_ensemble(peek):
+            known = set(self.repository.model_names())
             for step_model in composing_models(peek):
+                # A step naming no model of the repository is reported by the ensemble's own
+                # load; trying to load it would only add a phantom entry to the index.
+                if step_model not in known:
+                    continue
                 if not self.models.is_ready(step_model) and step_model != name:
                     # A step that cannot load makes the ensemble's own load fail below,
                     # with the reason recorded on the ensemble.

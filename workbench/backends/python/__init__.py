@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workbench.backends.python._process_instance import ProcessModelInstance
 from workbench.backends.python.backend import PythonBackend, PythonModelInstance
 
-__all__ = ["PythonBackend", "PythonModelInstance"]
+__all__ = ["ProcessModelInstance", "PythonBackend", "PythonModelInstance"]

@@ -1,36 +1,54 @@
-"""The ``python`` backend: runs an unchanged Triton ``model.py`` in this process.
+"""The ``python`` backend: runs an unchanged Triton ``model.py``, one process per instance.
 
-The core calls ``execute`` from a worker thread, one batch at a time per instance. Everything
-a model sees goes through ``pb_utils`` objects, so moving an instance into its own process
-(as Triton's stubs do) later only changes where ``PythonModelInstance`` lives.
+By default every instance runs in its own *stub process*, as in Triton's python_backend:
+``instance_group { count: 2 }`` really uses two cores, tensors cross through shared memory,
+and a crashing model only fails its in-flight requests before its stub is restarted
+(see ``_process_instance``).
+
+Workbench-only parameter (real Triton ignores unknown parameters), for debugging a model with
+breakpoints from a notebook::
+
+    parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }
+
+keeps the instances in the server's own process (``PythonModelInstance``): ``execute`` runs on
+the instance's worker thread, so a ``breakpoint()`` or a debugger attached to the kernel stops
+in model code. In that mode a crash takes the server down, instances share the GIL, and helper
+modules imported by plain name are shared by the models of the process.
+
+``auto_complete_config`` always runs in the server's process, once, when the model loads.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import logging
-import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from workbench.backends._batching import declared_output_types, fail_all
-from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
+from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, ModelInstance
 from workbench.backends.python import pb_utils
-from workbench.backends.python._bridge import to_pb_request, to_result
 from workbench.backends.python._loader import load_module, unload_module
 from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
-from workbench.errors import ConfigError, InternalError, UnsupportedError, WorkbenchError
+from workbench.backends.python._process_instance import ProcessModelInstance
+from workbench.backends.python._runner import ModelRunner, ModelSpec
+from workbench.backends.python._stub_process import StubLaunch
+from workbench.errors import ConfigError, NotFoundError
 
-_log = logging.getLogger(__name__)
+#: the config parameter that keeps instances in the server's process
+IN_PROCESS_PARAMETER = "WORKBENCH_IN_PROCESS"
 
 
 def _model_file(config: model_config_pb2.ModelConfig, version_path: Path) -> Path:
     return version_path / (config.default_model_filename or PythonBackend.default_model_filename)
+
+
+def runs_in_process(config: model_config_pb2.ModelConfig) -> bool:
+    """Whether the configuration asks for in-process instances (``WORKBENCH_IN_PROCESS``)."""
+    parameter = config.parameters.get(IN_PROCESS_PARAMETER)
+    value = parameter.string_value.strip().lower() if parameter is not None else ""
+    return value in ("true", "1", "yes", "on")
 
 
 class PythonBackend:
@@ -55,23 +73,35 @@ class PythonBackend:
             unload_module(module)
         config.CopyFrom(config_from_dict(completed))
 
-    def create_instance(self, context: InstanceContext) -> PythonModelInstance:
-        """Import ``model.py``, build ``TritonPythonModel`` and call its ``initialize``."""
-        config = context.config
-        if config.model_transaction_policy.decoupled:
-            raise UnsupportedError(
-                f"model '{context.model_name}': decoupled python models are not supported yet"
-            )
-        model_file = _model_file(config, context.version_path)
-        module = load_module(context.model_name, model_file)
-        scope = pb_utils._ModelScope(str(model_file.parent), context.client)
-        instance = PythonModelInstance(context, module, scope)
-        try:
-            instance.initialize()
-        except Exception:
-            instance.discard()
-            raise
+    def create_instance(self, context: InstanceContext) -> ModelInstance:
+        """Start the instance's stub process (or import in-process) and run ``initialize``."""
+        model_file = _model_file(context.config, context.version_path)
+        if runs_in_process(context.config):
+            return _in_process_instance(context, model_file)
+        if not model_file.is_file():
+            raise NotFoundError(f"Python model file not found in '{model_file}'")
+        launch = StubLaunch(
+            instance_name=context.instance_name,
+            model_file=model_file,
+            spec=ModelSpec.of(context.config),
+            args=initialize_args(context),
+            client=context.client,
+        )
+        instance = ProcessModelInstance(launch)
+        instance.start()
         return instance
+
+
+def _in_process_instance(context: InstanceContext, model_file: Path) -> PythonModelInstance:
+    module = load_module(context.model_name, model_file)
+    scope = pb_utils._ModelScope(str(model_file.parent), context.client)
+    instance = PythonModelInstance(context, module, scope)
+    try:
+        instance.initialize()
+    except Exception:
+        instance.discard()
+        raise
+    return instance
 
 
 def _run_auto_complete(
@@ -108,109 +138,29 @@ def initialize_args(context: InstanceContext) -> dict[str, str]:
 
 
 class PythonModelInstance:
-    """One ``TritonPythonModel`` object and the private event loop for its coroutines."""
+    """A python model instance in the server's process (``WORKBENCH_IN_PROCESS``).
 
-    def __init__(
-        self, context: InstanceContext, module: types.ModuleType, scope: pb_utils._ModelScope
-    ) -> None:
+    The core calls ``execute`` from the instance's worker thread, one batch at a time.
+    """
+
+    def __init__(self, context: InstanceContext, module: Any, scope: pb_utils._ModelScope) -> None:
         self.context = context
         self._module = module
-        self._scope = scope
-        self._model: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._outputs = [out.name for out in context.config.output]
-        self._declared = declared_output_types(context.config)
-
-    @contextlib.contextmanager
-    def _entered(self) -> Iterator[None]:
-        token = pb_utils._scope.set(self._scope)
-        try:
-            yield
-        finally:
-            pb_utils._scope.reset(token)
-
-    def _call(self, method: str, *args: Any) -> Any:
-        """Call a model method inside its scope; coroutines run on the instance's loop."""
-        with self._entered():
-            result = getattr(self._model, method)(*args)
-            if asyncio.iscoroutine(result):
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                result = self._loop.run_until_complete(result)
-        return result
+        self._runner = ModelRunner(ModelSpec.of(context.config), module, scope)
 
     def initialize(self) -> None:
         """Build ``TritonPythonModel`` and call its ``initialize(args)``; failures raise."""
-        try:
-            with self._entered():
-                self._model = self._module.TritonPythonModel()
-            if hasattr(self._model, "initialize"):
-                self._call("initialize", initialize_args(self.context))
-        except WorkbenchError:
-            raise
-        except Exception as exc:
-            raise InternalError(
-                f"failed to initialize model '{self.context.model_name}': "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        self._runner.initialize(initialize_args(self.context))
 
     def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """Run the model's ``execute`` on ``requests``; one result per request, in order."""
-        pb_requests = [to_pb_request(request, self._outputs) for request in requests]
-        try:
-            returned = self._call("execute", pb_requests)
-            responses = self._responses(pb_requests, returned)
-        except Exception as exc:
-            message = str(exc) if isinstance(exc, _ExecuteError) else f"{type(exc).__name__}: {exc}"
-            error = InternalError(
-                f"Failed to process the request(s) for model '{self.context.model_name}', "
-                f"message: {message}"
-            )
-            return fail_all(len(requests), error)
-        name = self.context.model_name
-        return [
-            to_result(response, request, self._declared, name)
-            for response, request in zip(responses, requests, strict=True)
-        ]
-
-    @staticmethod
-    def _responses(requests: list[pb_utils.InferenceRequest], returned: Any) -> list[Any]:
-        """The response of each request, returned or sent through its response sender."""
-        if returned is None:
-            returned = [None] * len(requests)
-        if not isinstance(returned, list):
-            raise _ExecuteError(
-                f"Expected a list in the execute return, found type '{type(returned).__name__}'."
-            )
-        if len(returned) != len(requests):
-            raise _ExecuteError(f"expected {len(requests)} responses, got {len(returned)}")
-        responses = []
-        for request, response in zip(requests, returned, strict=True):
-            sender = request._sender
-            if response is None and sender is not None:
-                response = sender.response
-            if response is None:
-                raise _ExecuteError(f"no response was sent for request '{request.request_id()}'")
-            responses.append(response)
-        return responses
+        return self._runner.execute(requests)
 
     def close(self) -> None:
         """Call the model's ``finalize`` (errors are logged) and release the instance."""
-        if hasattr(self._model, "finalize"):
-            try:
-                self._call("finalize")
-            except Exception:
-                _log.exception("finalize failed for model '%s'", self.context.model_name)
+        self._runner.finalize()
         self.discard()
 
     def discard(self) -> None:
         """Release the module and the event loop without calling ``finalize``."""
-        if self._loop is not None:
-            self._loop.run_until_complete(self._loop.shutdown_default_executor())
-            self._loop.close()
-            self._loop = None
-        unload_module(self._module)
-
-
-class _ExecuteError(Exception):
-    """A broken ``execute`` contract (wrong return type or count)."""
+        self._runner.discard()

@@ -1,10 +1,11 @@
-"""A ``triton_python_backend_utils`` that runs unchanged Triton Python models in-process.
+"""A ``triton_python_backend_utils`` that runs unchanged Triton Python models.
 
-The Python backend installs this module as ``sys.modules["triton_python_backend_utils"]``
-before it imports a ``model.py``, so ``import triton_python_backend_utils as pb_utils`` gets
-these classes. Names, signatures and error texts follow Triton's python_backend (the pure
-Python helpers of ``triton_python_backend_utils.py`` and the C++ ``c_python_backend_utils``
-types); tensors live in host memory as numpy arrays.
+The Python backend (in a stub process, or in-process when asked to) installs this module as
+``sys.modules["triton_python_backend_utils"]`` before it imports a ``model.py``, so
+``import triton_python_backend_utils as pb_utils`` gets these classes. Names, signatures and
+error texts follow Triton's python_backend (the pure Python helpers of
+``triton_python_backend_utils.py`` and the C++ ``c_python_backend_utils`` types); tensors live
+in host memory as numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 from workbench.backends.python._dlpack import array_from_dlpack, array_to_dlpack
 from workbench.backends.python._metrics import Logger, LogLevel, Metric, MetricFamily, MetricKind
 from workbench.backends.python._model_config import ModelConfig
+from workbench.backends.python._sender import FINAL_FLAG, Deliver, InferenceResponseSender
+from workbench.backends.python._triton_errors import TritonError, TritonModelException
 from workbench.config.dtypes import WIRE_TO_NUMPY, config_to_wire, wire_to_config_enum
 
 TRITON_STRING_TO_NUMPY = {
@@ -32,7 +35,7 @@ TRITON_STRING_TO_NUMPY = {
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL_FLAG
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 TRITONSERVER_MEMORY_CPU = 0
@@ -47,52 +50,17 @@ class _ModelScope:
     client: Any = None
 
 
-#: Set by the backend around every call into model code (see ``PythonModelInstance``).
+#: Set by the backend around every call into model code (see ``ModelRunner``).
 _scope: contextvars.ContextVar[_ModelScope | None] = contextvars.ContextVar(
     "triton_python_model_scope", default=None
 )
+#: In a stub process (one model per process) the scope of every thread, even those the
+#: model starts itself, which do not inherit ``_scope``.
+_process_scope: _ModelScope | None = None
 
 
-class TritonModelException(Exception):
-    """Raised by the backend (and by models) for a failure inside a Python model."""
-
-    def __init__(self, msg: str = "") -> None:
-        super().__init__(msg)
-        self._msg = msg
-
-    def message(self) -> str:
-        """The message of the exception."""
-        return self._msg
-
-
-class TritonError:
-    """An error carried by an ``InferenceResponse`` (not an exception, as in Triton)."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        if message is None:
-            raise TypeError("TritonError message must not be None")
-        self._message = message
-        self._code = int(code)
-
-    def message(self) -> str:
-        """The error message."""
-        return self._message
-
-    def code(self) -> int:
-        """The ``TRITONSERVER_Error_Code`` (``TritonError.INTERNAL`` ...)."""
-        return self._code
-
-    def __str__(self) -> str:
-        return self._message
+def _current_scope() -> _ModelScope | None:
+    return _scope.get() or _process_scope
 
 
 def numpy_to_triton_type(data_type: Any) -> int | None:
@@ -188,7 +156,7 @@ class Tensor:
         return list(self._array.shape)
 
     def is_cpu(self) -> bool:
-        """Always True: tensors of in-process models live in host memory."""
+        """Always True: tensors of python models live in host memory."""
         return True
 
     def to_dlpack(self) -> Any:
@@ -261,34 +229,6 @@ class InferenceResponse:
         return json.dumps(self._parameters)
 
 
-class InferenceResponseSender:
-    """Sends the response of a request from inside ``execute`` instead of returning it.
-
-    Only Triton's non-decoupled use is supported: one response, then the FINAL flag.
-    """
-
-    def __init__(self) -> None:
-        self.response: InferenceResponse | None = None
-        self.closed = False
-
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        """Send ``response``; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` closes the sender."""
-        if self.closed:
-            raise TritonModelException("Unable to send response. Response sender has been closed.")
-        if response is not None:
-            if self.response is not None:
-                raise TritonModelException(
-                    "Non-decoupled model cannot send more than one response."
-                )
-            self.response = response
-        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            self.closed = True
-
-    def is_cancelled(self) -> bool:
-        """Always False: cancellation does not reach in-process models yet."""
-        return False
-
-
 class InferenceRequest:
     """A request handed to ``execute``, or (built by the model) a BLS request to run."""
 
@@ -320,6 +260,8 @@ class InferenceRequest:
             parameters = json.loads(parameters)
         self._parameters: dict[str, Any] = dict(parameters or {})  # type: ignore[arg-type]
         self._sender: InferenceResponseSender | None = None
+        #: set by the backend for decoupled models: where sent responses go
+        self._deliver: Deliver | None = None
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -354,11 +296,11 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def trace(self) -> None:
-        """Tracing is not available in-process."""
+        """Tracing is not available to python models."""
         return None
 
     def is_cancelled(self) -> bool:
-        """Always False: cancellation does not reach in-process models yet."""
+        """Always False: cancellation does not reach python models yet."""
         return False
 
     def set_release_flags(self, flags: int) -> None:
@@ -367,14 +309,14 @@ class InferenceRequest:
             raise TritonModelException("request rescheduling is not supported by Triton Workbench")
 
     def get_response_sender(self) -> InferenceResponseSender:
-        """The sender for this request's single (non-decoupled) response."""
+        """The sender of this request's responses (one, unless the model is decoupled)."""
         if self._sender is None:
-            self._sender = InferenceResponseSender()
+            self._sender = InferenceResponseSender(self._deliver)
         return self._sender
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """Run this request on the server (BLS) and wait for its response."""
-        scope = _scope.get()
+        scope = _current_scope()
         if decoupled:
             raise TritonModelException("decoupled BLS calls are not supported by Triton Workbench")
         if scope is None or scope.client is None:
@@ -417,7 +359,7 @@ def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bo
 
 def get_model_dir() -> str:
     """The folder of the running ``model.py`` (its version folder, as in Triton)."""
-    scope = _scope.get()
+    scope = _current_scope()
     if scope is None:
         raise TritonModelException("get_model_dir() is only available inside a model")
     return scope.model_dir
@@ -425,7 +367,7 @@ def get_model_dir() -> str:
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
     """Whether ``model_name`` is loaded and ready on the server."""
-    scope = _scope.get()
+    scope = _current_scope()
     if scope is None or scope.client is None:
         raise TritonModelException("is_model_ready needs a running server; none is attached")
     return bool(scope.client.is_model_ready(model_name, int(model_version or -1)))
