@@ -38,6 +38,7 @@ from tests.integration.peers import (  # noqa: E402
     Peers,
     free_port,
     run_perf_analyzer,
+    wait_ready,
 )
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -305,17 +306,9 @@ class WorkbenchServerProcess:
 
     def _wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(self._failure(f"exited with {self.process.returncode}"))
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url, timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            time.sleep(0.1)
-        raise RuntimeError(self._failure(f"not ready after {self.startup_timeout_s:.0f}s"))
+        failure = wait_ready(self.process, self.http_url, self.startup_timeout_s)
+        if failure is not None:
+            raise RuntimeError(self._failure(failure))
 
     def _failure(self, what: str) -> str:
         log = self.log_path.read_text(errors="replace")[-4000:]

@@ -449,17 +449,9 @@ class TritonServerProcess:
 
     def _wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise TritonStartError(self._failure(f"exited with {self.process.returncode}"))
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url, timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            time.sleep(0.1)
-        raise TritonStartError(self._failure(f"not ready after {self.startup_timeout_s:.0f}s"))
+        failure = wait_ready(self.process, self.http_url, self.startup_timeout_s)
+        if failure is not None:
+            raise TritonStartError(self._failure(failure))
 
     def _failure(self, what: str) -> str:
         return f"tritonserver {what}; log {self.log_path}:\n{self.log_text()[-4000:]}"
@@ -491,6 +483,25 @@ class TritonServerProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def wait_ready(process: subprocess.Popen[bytes], http_url: str, timeout_s: float) -> str | None:
+    """Poll ``http://<http_url>/v2/health/ready`` until it answers 200.
+
+    Returns ``None`` once ready, else why it never was (the process exited, or the time ran
+    out). Shared by every harness that starts a server process (tritonserver or ours).
+    """
+    deadline = time.monotonic() + timeout_s
+    url = f"http://{http_url}/v2/health/ready"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"exited with {process.returncode}"
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return None
+        time.sleep(0.1)
+    return f"not ready after {timeout_s:.0f}s"
 
 
 def run_perf_analyzer(
