@@ -230,6 +230,7 @@ def test_error_in_one_response_fails_that_request_only(repo: Path) -> None:
     assert results[0].error is None and results[0].outputs[0].array.tolist() == [[1, 1]]
     assert isinstance(results[1].error, NotFoundError)
     assert results[1].error.message == "negative"
+    assert results[1].error_is_response  # Triton counts it as a success in the statistics
 
 
 def test_exception_in_execute_fails_every_request(repo: Path) -> None:
@@ -238,6 +239,7 @@ def test_exception_in_execute_fails_every_request(repo: Path) -> None:
     results = instance.execute([request({"X": x}, mode="raise"), request({"X": x})])
     assert all(isinstance(r.error, InternalError) for r in results)
     assert "boom" in str(results[0].error) and "'errors'" in str(results[0].error)
+    assert not any(r.error_is_response for r in results)
 
 
 def test_wrong_number_of_responses(repo: Path) -> None:

@@ -85,7 +85,8 @@ def to_result(
             )
         )
     if response.has_error():
-        return ExecResult(error=to_workbench_error(response.error()))  # type: ignore[arg-type]
+        error = to_workbench_error(response.error())  # type: ignore[arg-type]
+        return ExecResult(error=error, error_is_response=True)
     outputs = [
         _output(tensor, declared.get(tensor.name()))
         for tensor in response.output_tensors()

@@ -1,11 +1,12 @@
 """Import a ``model.py`` the way Triton's stub does, once per model instance.
 
 Triton runs each instance in its own stub process, puts the version folder and the model
-folder on ``sys.path`` and imports ``<version>.model``. In-process, every instance gets a
-private package (named after the model, bound to its version folder) so that two models
-called ``model.py`` never share a module and relative imports still work. Helper modules
-imported by plain name through ``sys.path`` are shared by the process (a known limit of
-in-process execution).
+folder on ``sys.path`` and imports ``<version>.model``. Our stubs do the same through this
+loader; for in-process instances (``WORKBENCH_IN_PROCESS``) and auto-complete, which share the
+server's process, every import gets a private package (named after the model, bound to its
+version folder) so that two models called ``model.py`` never share a module and relative
+imports still work. Helper modules imported by plain name through ``sys.path`` are shared by
+the process (a known limit of in-process execution, which stubs do not have).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from workbench.backends.python import pb_utils
 from workbench.errors import InternalError, NotFoundError
 
 _counter = itertools.count()
+#: the model folders this process put on ``sys.path`` (a stub must not inherit other models')
+ADDED_PATHS: set[str] = set()
 
 
 def install_shim() -> None:
@@ -37,6 +40,7 @@ def load_module(model_name: str, model_file: Path) -> types.ModuleType:
     for folder in (str(version_dir), str(version_dir.parent)):
         if folder not in sys.path:
             sys.path.append(folder)
+            ADDED_PATHS.add(folder)
     safe_name = re.sub(r"\W", "_", model_name)
     package = f"_triton_model_{safe_name}_{next(_counter)}"
     package_module = types.ModuleType(package)

@@ -63,14 +63,25 @@ def _current_scope() -> _ModelScope | None:
     return _scope.get() or _process_scope
 
 
+#: numpy dtype -> ``TRITONSERVER_DataType`` number, for every type but BYTES and BF16
+_DTYPE_TO_TRITON = {
+    dt: wire_to_config_enum(wire)
+    for wire, dt in WIRE_TO_NUMPY.items()
+    if wire not in ("BYTES", "BF16")
+}
+
+
 def numpy_to_triton_type(data_type: Any) -> int | None:
     """numpy dtype -> ``TRITONSERVER_DataType`` number (``np.float32`` -> 11), None if none."""
-    if data_type in (np.object_, np.bytes_) or getattr(data_type, "type", None) is np.bytes_:
+    if data_type is None:  # np.dtype(None) would be float64
+        return None
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.kind in "OS":  # object arrays and fixed-width bytes are Triton strings
         return 13
-    for wire, dt in WIRE_TO_NUMPY.items():
-        if wire not in ("BYTES", "BF16") and data_type == dt:
-            return wire_to_config_enum(wire)
-    return None
+    return _DTYPE_TO_TRITON.get(dtype)
 
 
 def triton_to_numpy_type(data_type: int) -> Any:

@@ -1,0 +1,132 @@
+"""Reading a stub's channel from the server's event loop, for ``execute_async``.
+
+A call made from a worker thread costs two thread hand-offs on top of the two process
+wake-ups (loop -> worker -> stub -> worker -> loop). When the core awaits ``execute_async``
+instead, the loop sends the call itself and reads the reply through ``add_reader``: the
+round trip then costs about what an in-process call on a worker thread does.
+
+While attached, the loop is the channel's only reader: replies it is waiting for resolve
+futures, every other message is routed or filed for the threads that wait for it, as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import socket
+from collections.abc import Callable, Hashable
+
+from workbench.backends.python._channel import Channel, ChannelClosed, Message
+
+#: how often the loop checks that the stub still lives while a call waits on it
+_WATCHDOG_S = 1.0
+
+
+class LoopReader:
+    """Reads one channel from one event loop (create and use it on the loop's thread)."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        loop: asyncio.AbstractEventLoop,
+        alive: Callable[[], bool],
+        orphan: Callable[[Message], None],
+    ) -> None:
+        self.channel = channel
+        self.loop = loop
+        self._alive = alive
+        #: gets a reply whose waiter was cancelled (its shared memory must still be freed)
+        self._orphan = orphan
+        self._fd = channel.sock.fileno()
+        self._futures: dict[Hashable, asyncio.Future[Message]] = {}
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.attached = False
+
+    def attach(self) -> bool:
+        """Start reading; False when a thread reads the channel (a decoupled model's)."""
+        if not self.channel.take_reader():
+            return False
+        self.loop.add_reader(self._fd, self._on_readable)
+        self._watchdog = self.loop.call_later(_WATCHDOG_S, self._check)
+        self.attached = True
+        return True
+
+    def expect(self, key: Hashable) -> asyncio.Future[Message]:
+        """The future of the reply filed under ``key`` (ask before sending the call)."""
+        future: asyncio.Future[Message] = self.loop.create_future()
+        self._futures[key] = future
+        return future
+
+    def forget(self, key: Hashable) -> None:
+        self._futures.pop(key, None)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = self.channel.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._end()
+            return
+        others = []
+        for key, message in self.channel.feed(chunk):
+            future = self._futures.pop(key, None)
+            if future is None:
+                others.append((key, message))
+            elif future.cancelled():
+                self._orphan(message)
+            elif not future.done():
+                future.set_result(message)
+        if others:
+            self.channel.file(others)
+
+    def _check(self) -> None:
+        if not self.attached:
+            return
+        if self._futures and not self._alive():
+            self._end()
+            return
+        self._watchdog = self.loop.call_later(_WATCHDOG_S, self._check)
+
+    def _end(self) -> None:
+        """The stub is gone: stop reading and fail every call waiting on it."""
+        self._remove()
+        self.channel.mark_closed()
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(ChannelClosed("the stub process closed its connection"))
+        self._futures.clear()
+
+    def _remove(self) -> None:
+        if not self.attached:
+            return
+        self.attached = False
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if not self.loop.is_closed():
+            self.loop.remove_reader(self._fd)
+        self.channel.give_back_reader()
+
+    def detach(self, timeout_s: float = 5.0) -> None:
+        """Stop reading, from any thread (bounded); threads may read the channel again."""
+        if not self.attached:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not self.loop.is_running():
+            self._remove()
+            return
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def remove() -> None:
+            self._remove()
+            done.set_result(None)
+
+        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+            self.loop.call_soon_threadsafe(remove)
+            done.result(timeout_s)

@@ -1,0 +1,151 @@
+"""The messages between the server and a stub process, with their tensors in shared memory.
+
+Every message is ``(kind, key, *payload)``; replies are ``(REPLY, key of the call, ...)``.
+
+server -> stub: ``INIT`` (what to load), ``EXECUTE`` (requests), ``FINALIZE``, and the
+replies to the stub's ``BLS``/``READY`` calls.
+stub -> server: replies to those, ``RESPONSE`` (one response of a decoupled request, any
+time), ``BLS`` and ``READY`` (calls into the server), ``LOG`` (a forwarded log record).
+
+Tensors never go through the socket: a message names a block of shared memory and carries
+each tensor's name, datatype, shape and offset (see ``_shm``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workbench import errors
+from workbench._types import Parameters, Tensor
+from workbench.backends.base import ExecRequest, ExecResult, ResponseSender
+from workbench.backends.python._shm import BlockWriter, Region, TensorDesc, read_block
+
+INIT = "init"
+EXECUTE = "execute"
+FINALIZE = "finalize"
+REPLY = "reply"
+RESPONSE = "response"
+BLS = "bls"
+READY = "ready"
+LOG = "log"
+
+#: an error as it crosses: (class name in ``workbench.errors``, message), or None
+ErrorWire = tuple[str, str] | None
+#: a result: (error, outputs, parameters, whether the error is the model's response)
+ResultWire = tuple[ErrorWire, list[TensorDesc], Parameters, bool]
+#: a request: (token, id, requested outputs, parameters, inputs)
+RequestWire = tuple[int, str, list[str] | None, Parameters, list[TensorDesc]]
+
+
+@dataclass(slots=True)
+class StubRequest:
+    """An ``ExecRequest`` rebuilt in the stub process."""
+
+    id: str
+    inputs: dict[str, Tensor]
+    requested_outputs: list[str] | None
+    parameters: Parameters
+    respond: ResponseSender | None = None
+    #: the server's handle on the request (decoupled responses name it)
+    token: int = 0
+
+
+def error_to_wire(error: BaseException | None) -> ErrorWire:
+    if error is None:
+        return None
+    if isinstance(error, errors.WorkbenchError):
+        return (type(error).__name__, error.message)
+    return ("InternalError", f"{type(error).__name__}: {error}")
+
+
+def error_from_wire(wire: ErrorWire) -> errors.WorkbenchError | None:
+    """The library error for a wire error (its category kept, extra attributes not)."""
+    if wire is None:
+        return None
+    name, message = wire
+    cls = getattr(errors, name, errors.WorkbenchError)
+    if not (isinstance(cls, type) and issubclass(cls, errors.WorkbenchError)):
+        cls = errors.WorkbenchError
+    error = cls.__new__(cls)
+    errors.WorkbenchError.__init__(error, message)
+    return error
+
+
+def _split(descs: list[TensorDesc], counts: list[int]) -> list[list[TensorDesc]]:
+    parts, start = [], 0
+    for count in counts:
+        parts.append(descs[start : start + count])
+        start += count
+    return parts
+
+
+def write_requests(
+    writer: BlockWriter, requests: Sequence[ExecRequest], tokens: Sequence[int]
+) -> tuple[int, list[RequestWire]]:
+    """Put the inputs of ``requests`` into one block; the block and each request's wire form."""
+    if len(requests) == 1:  # the common case, without the splitting
+        request = requests[0]
+        block, descs = writer.write(list(request.inputs.values()))
+        return block, [
+            (tokens[0], request.id, request.requested_outputs, request.parameters, descs)
+        ]
+    inputs = [list(request.inputs.values()) for request in requests]
+    block, descs = writer.write([tensor for tensors in inputs for tensor in tensors])
+    wires: list[RequestWire] = [
+        (token, request.id, request.requested_outputs, request.parameters, part)
+        for token, request, part in zip(
+            tokens, requests, _split(descs, [len(t) for t in inputs]), strict=True
+        )
+    ]
+    return block, wires
+
+
+def read_requests(region: Region, block: int, wires: list[RequestWire]) -> list[StubRequest]:
+    """The requests of an ``EXECUTE`` message (see ``read_block`` for when the block is freed)."""
+    tensors = read_block(region, block, [desc for *_, descs in wires for desc in descs])
+    requests, start = [], 0
+    for token, request_id, requested, parameters, descs in wires:
+        inputs = {tensor.name: tensor for tensor in tensors[start : start + len(descs)]}
+        start += len(descs)
+        requests.append(StubRequest(request_id, inputs, requested, parameters, token=token))
+    return requests
+
+
+def write_results(
+    writer: BlockWriter, results: Sequence[ExecResult | None]
+) -> tuple[int, list[ResultWire | None]]:
+    """Put the outputs of ``results`` into one block; the block and each result's wire form."""
+    if len(results) == 1 and results[0] is not None:  # the common case, without the splitting
+        result = results[0]
+        block, descs = writer.write(result.outputs)
+        wire = (error_to_wire(result.error), descs, result.parameters, result.error_is_response)
+        return block, [wire]
+    outputs = [result.outputs if result is not None else [] for result in results]
+    block, descs = writer.write([tensor for tensors in outputs for tensor in tensors])
+    wires: list[ResultWire | None] = [
+        None
+        if result is None
+        else (error_to_wire(result.error), part, result.parameters, result.error_is_response)
+        for result, part in zip(results, _split(descs, [len(o) for o in outputs]), strict=True)
+    ]
+    return block, wires
+
+
+def read_results(
+    region: Region, block: int, wires: Sequence[ResultWire | None]
+) -> list[ExecResult | None]:
+    """The results of a message (see ``read_block`` for when the block is freed)."""
+    descs = [desc for wire in wires if wire is not None for desc in wire[1]]
+    tensors = read_block(region, block, descs)
+    results: list[ExecResult | None] = []
+    start = 0
+    for wire in wires:
+        if wire is None:
+            results.append(None)
+            continue
+        error, part, parameters, is_response = wire
+        outputs = tensors[start : start + len(part)]
+        start += len(part)
+        results.append(ExecResult(outputs, error_from_wire(error), parameters, is_response))
+    return results

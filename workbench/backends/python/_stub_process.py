@@ -1,0 +1,363 @@
+"""The server's side of one stub process: start it, call it, serve its calls, stop it.
+
+One ``StubProcess`` is one child process; when a stub dies the instance starts a new one
+(``_process_instance``). The child runs ``python -m workbench.backends.python.stub`` through
+``subprocess`` (fork+exec: safe from a multi-threaded server or a Jupyter kernel) and inherits
+only its socket and the two shared-memory regions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import workbench
+from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
+from workbench.backends.python._channel import Channel, ChannelClosed, Message
+from workbench.backends.python._loader import ADDED_PATHS
+from workbench.backends.python._loop_reader import LoopReader
+from workbench.backends.python._protocol import (
+    BLS,
+    EXECUTE,
+    FINALIZE,
+    INIT,
+    LOG,
+    REPLY,
+    RESPONSE,
+    error_from_wire,
+    error_to_wire,
+    read_results,
+    write_requests,
+)
+from workbench.backends.python._runner import ModelSpec
+from workbench.backends.python._shm import BlockWriter, Region, create_region_fd, read_block
+from workbench.errors import InternalError, WorkbenchError
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StubLaunch:
+    """Everything needed to start (and restart) the stub of one instance."""
+
+    instance_name: str
+    model_file: Path
+    spec: ModelSpec
+    #: what ``initialize(args)`` receives
+    args: dict[str, str]
+    client: InferenceClient | None
+
+
+def unhealthy(instance_name: str) -> InternalError:
+    """The error of the requests a dead stub had in flight (Triton's wording)."""
+    return InternalError(
+        f"Failed to process the request(s) for model instance '{instance_name}', "
+        f"message: Stub process '{instance_name}' is not healthy."
+    )
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(workbench.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
+    return env
+
+
+def _reap(proc: subprocess.Popen[bytes], sock: socket.socket, fds: list[int]) -> None:
+    """Kill the child if it still runs and release what connected us (runs once)."""
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL pending in the kernel
+        _log.error("stub process %d did not exit after SIGKILL", proc.pid)
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    for fd in fds:
+        os.close(fd)
+
+
+class StubGone(ChannelClosed):
+    """The stub was dead before a call reached it: nothing was in flight."""
+
+
+class StubProcess:
+    """One child process running one model instance."""
+
+    def __init__(
+        self,
+        launch: StubLaunch,
+        bls_pool: Executor,
+        on_death: Callable[[StubProcess], None],
+    ) -> None:
+        self.launch = launch
+        self._bls_pool = bls_pool
+        self._on_death = on_death
+        self._keys = itertools.count(1)
+        self._open: dict[int, ExecRequest] = {}
+        self._open_lock = threading.Lock()
+        self._stopping = False
+        self._reader: threading.Thread | None = None
+        self._loop_reader: LoopReader | None = None
+        ours, theirs = socket.socketpair()
+        to_stub, from_stub = create_region_fd(), create_region_fd()
+        fds = (theirs.fileno(), to_stub, from_stub)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "workbench.backends.python.stub", *map(str, fds)],
+                pass_fds=fds,
+                env=_child_env(),
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            for handle in (ours, theirs):
+                handle.close()
+            os.close(to_stub)
+            os.close(from_stub)
+            raise InternalError(f"failed to start the stub process: {exc}") from exc
+        finally:
+            theirs.close()
+        self._finalizer = weakref.finalize(self, _reap, self.proc, ours, [to_stub, from_stub])
+        self._to_stub = BlockWriter(Region(to_stub))
+        self._from_stub = Region(from_stub)
+        self.channel = Channel(ours, self._route, alive=self.alive)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def exit_description(self, wait_s: float = 0.0) -> str:
+        """How the child ended, for the log ("exited with code 1", "killed by SIGSEGV").
+
+        ``wait_s``: how long to let a dying child finish exiting first.
+        """
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=wait_s)
+        code = self.proc.poll()
+        if code is None:
+            return "is still running"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
+
+    # -- calls into the stub -------------------------------------------------------------------
+    def initialize(self) -> None:
+        """Load the model in the child and run ``initialize``; failures raise."""
+        launch = self.launch
+        setup = {
+            "spec": asdict(launch.spec),
+            "model_file": str(launch.model_file),
+            "args": launch.args,
+            "client": launch.client is not None,
+            "sys_path": [p for p in sys.path if p and p not in ADDED_PATHS],
+        }
+        key = next(self._keys)
+        try:
+            self.channel.send((INIT, key, setup))
+            error = error_from_wire(self.channel.wait(key)[2])
+        except ChannelClosed:
+            error = InternalError(
+                f"Stub process '{launch.instance_name}' is not healthy: it "
+                f"{self.exit_description(wait_s=1.0)} while initializing"
+            )
+        if error is not None:
+            raise error
+        if launch.spec.decoupled:
+            # Decoupled responses arrive at any time: a reader thread routes them.
+            name = f"{launch.instance_name}-stub-reader"
+            self._reader = threading.Thread(target=self._pump, name=name, daemon=True)
+            self._reader.start()
+
+    def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
+        """One ``execute`` in the child.
+
+        Raises ``StubGone`` if the child was already dead (the requests never reached it) and
+        ``ChannelClosed`` if it died while they were in flight.
+        """
+        key = next(self._keys)
+        tokens = [next(self._keys) for _ in requests]
+        decoupled = self.launch.spec.decoupled
+        block, wires = write_requests(self._to_stub, requests, tokens)
+        if decoupled:  # open before the stub may answer: its responses name these tokens
+            with self._open_lock:
+                self._open.update(zip(tokens, requests, strict=True))
+        try:
+            self.channel.send((EXECUTE, key, block, wires))
+        except ChannelClosed:
+            with self._open_lock:
+                for token in tokens:
+                    self._open.pop(token, None)
+            raise StubGone from None
+        _, _, out_block, out_wires = self.channel.wait(key)
+        if decoupled:
+            return [ExecResult() for _ in requests]
+        return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
+
+    async def execute_async(
+        self, requests: Sequence[ExecRequest], loop: asyncio.AbstractEventLoop
+    ) -> list[ExecResult]:
+        """``execute`` from the event loop, which reads the reply itself (non-decoupled)."""
+        reader = self._loop_reader
+        if reader is None or reader.loop is not loop or not reader.attached:
+            if reader is not None:
+                reader.detach()
+            reader = LoopReader(self.channel, loop, self.alive, self._orphan)
+            if not reader.attach():
+                return await loop.run_in_executor(None, self.execute, requests)
+            self._loop_reader = reader
+        key = next(self._keys)
+        tokens = [next(self._keys) for _ in requests]
+        block, wires = write_requests(self._to_stub, requests, tokens)
+        reply = reader.expect(key)
+        try:
+            self.channel.send((EXECUTE, key, block, wires))
+        except ChannelClosed:
+            reader.forget(key)
+            raise StubGone from None
+        _, _, out_block, out_wires = await reply
+        return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
+
+    def _orphan(self, reply: Message) -> None:
+        """The answer to a call whose caller was cancelled: release its shared memory."""
+        read_results(self._from_stub, reply[2], reply[3])
+
+    # -- messages from the stub ----------------------------------------------------------------
+    def _route(self, message: Message) -> Hashable | None:
+        kind = message[0]
+        if kind == REPLY:
+            return message[1]
+        if kind == RESPONSE:
+            self._on_response(message)
+        elif kind == LOG:
+            _, _, level, name, text = message
+            logging.getLogger(name).log(level, "%s", text)
+        else:  # BLS or READY: may take long, never on the reading thread
+            try:
+                self._bls_pool.submit(self._serve_call, message)
+            except RuntimeError:  # the instance is closing
+                self._reply_failure(message, InternalError("the model instance is closing"))
+        return None
+
+    def _on_response(self, message: Message) -> None:
+        _, token, final, block, wire = message
+        [result] = read_results(self._from_stub, block, [wire])
+        with self._open_lock:
+            request = self._open.pop(token, None) if final else self._open.get(token)
+        if request is not None and request.respond is not None:
+            request.respond(result, final)
+
+    def _serve_call(self, message: Message) -> None:
+        """Answer a ``BLS`` or ``READY`` call of the model (on the BLS thread pool)."""
+        client = self.launch.client
+        try:
+            if client is None:
+                raise InternalError("BLS requests need a running server; none is attached")
+            if message[0] == BLS:
+                reply = self._bls(client, message)
+            else:
+                _, key, model_name, version = message
+                reply = (REPLY, key, client.is_model_ready(model_name, version))
+        except Exception as exc:
+            self._reply_failure(message, exc)
+            return
+        try:
+            self.channel.send(reply)
+        except ChannelClosed:
+            pass
+
+    def _bls(self, client: InferenceClient, message: Message) -> Message:
+        _, key, block, model_name, version, descs, requested, parameters, timeout_s = message
+        inputs = read_block(self._from_stub, block, descs)
+        try:
+            outputs = client.infer_sync(
+                model_name,
+                inputs,
+                model_version=version,
+                requested_outputs=requested,
+                parameters=parameters,
+                timeout_s=timeout_s,
+            )
+        except WorkbenchError as exc:
+            return (REPLY, key, error_to_wire(exc), -1, [])
+        out_block, out_descs = self._to_stub.write(outputs)
+        return (REPLY, key, None, out_block, out_descs)
+
+    def _reply_failure(self, message: Message, error: BaseException) -> None:
+        reply: Message = (REPLY, message[1], error_to_wire(error), -1, [])
+        if message[0] != BLS:
+            reply = (REPLY, message[1], False)
+        try:
+            self.channel.send(reply)
+        except ChannelClosed:
+            pass
+
+    def _pump(self) -> None:
+        self.channel.pump()
+        if not self._stopping:
+            self._on_death(self)
+
+    # -- endings -------------------------------------------------------------------------------
+    def fail_open(self, error: WorkbenchError) -> None:
+        """End every decoupled stream still open with ``error``."""
+        with self._open_lock:
+            requests = list(self._open.values())
+            self._open.clear()
+        for request in requests:
+            if request.respond is not None:
+                request.respond(ExecResult(error=error), True)
+
+    def shutdown(self, finalize_timeout_s: float, exit_timeout_s: float) -> None:
+        """Ask the child to ``finalize`` and exit; kill it when a bounded wait runs out."""
+        self._stopping = True
+        if self._loop_reader is not None:
+            self._loop_reader.detach()  # this thread reads the answer (the loop may be gone)
+        key = next(self._keys)
+        try:
+            self.channel.send((FINALIZE, key))
+            self.channel.wait(key, timeout_s=finalize_timeout_s)
+        except TimeoutError:
+            _log.warning(
+                "stub process '%s' (pid %d) did not finalize within %.1f s; killing it",
+                self.launch.instance_name,
+                self.pid,
+                finalize_timeout_s,
+            )
+        except ChannelClosed:
+            pass
+        else:  # finalized: it exits on its own
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=exit_timeout_s)
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the child (if it still runs) and release the connection; idempotent."""
+        self._stopping = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        if self._loop_reader is not None:
+            self._loop_reader.detach()
+        self.channel.close()
+        self._finalizer()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=5)

@@ -1,0 +1,232 @@
+"""The stub process of one Python-backend model instance (Triton's ``triton_python_backend_stub``).
+
+The server starts ``python -m workbench.backends.python.stub SOCKET_FD TO_STUB_FD FROM_STUB_FD``
+with three inherited descriptors: a connected socket for control messages and the two
+shared-memory regions. The stub imports ``model.py`` through the ``pb_utils`` shim, runs
+``initialize``, then serves ``execute`` calls one at a time on its main thread until
+``finalize`` or until the server goes away (EOF on the socket). Responses of decoupled models,
+BLS calls and log records may leave from any thread the model starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench._types import Parameters, Tensor
+from workbench.backends.base import ExecResult
+from workbench.backends.python import pb_utils
+from workbench.backends.python._channel import Channel, ChannelClosed, Message
+from workbench.backends.python._loader import load_module
+from workbench.backends.python._protocol import (
+    BLS,
+    EXECUTE,
+    FINALIZE,
+    INIT,
+    LOG,
+    READY,
+    REPLY,
+    RESPONSE,
+    StubRequest,
+    error_from_wire,
+    error_to_wire,
+    read_requests,
+    write_results,
+)
+from workbench.backends.python._runner import ModelRunner, ModelSpec
+from workbench.backends.python._shm import BlockWriter, Region, read_block
+from workbench.errors import InternalError
+
+_log = logging.getLogger(__name__)
+
+
+class StubClient:
+    """BLS from the stub: each call goes to the server; tensors cross in shared memory."""
+
+    def __init__(self, stub: Stub) -> None:
+        self._stub = stub
+
+    def infer_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Tensor]:
+        """Run an inference on the server; raises the server's ``WorkbenchError``."""
+        stub = self._stub
+        key = stub.new_key()
+        block, descs = stub.writer.write(list(inputs))
+        requested = list(requested_outputs) if requested_outputs else None
+        stub.channel.send(
+            (BLS, key, block, model_name, model_version, descs, requested, parameters, timeout_s)
+        )
+        _, _, error, out_block, out_descs = stub.channel.wait(key)
+        failure = error_from_wire(error)
+        if failure is not None:
+            raise failure
+        return read_block(stub.inbound, out_block, out_descs)
+
+    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
+        """Whether the server has ``model_name`` loaded and ready."""
+        key = self._stub.new_key()
+        self._stub.channel.send((READY, key, model_name, model_version))
+        return bool(self._stub.channel.wait(key)[2])
+
+
+class _LogForwarder(logging.Handler):
+    """Sends every record to the server, which logs it under the same logger name."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__()
+        self._channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.exc_info:
+                text += "\n" + logging.Formatter().formatException(record.exc_info)
+            self._channel.send((LOG, None, record.levelno, record.name, text))
+        except Exception:  # a log record must never break the model
+            pass
+
+
+class Stub:
+    """The stub's side of the connection and the model it runs."""
+
+    def __init__(self, sock: socket.socket, inbound: Region, outbound: Region) -> None:
+        self.inbound = inbound
+        self.writer = BlockWriter(outbound)
+        self.channel = Channel(sock, self._route)
+        self.runner: ModelRunner | None = None
+        self._keys = itertools.count(1)
+        self._commands = itertools.count()
+
+    def new_key(self) -> int:
+        """A key for a call into the server (replies come back under it)."""
+        return next(self._keys)
+
+    def _route(self, message: Message) -> Hashable | None:
+        kind = message[0]
+        if kind == REPLY:
+            return message[1]
+        if kind in (INIT, EXECUTE, FINALIZE):
+            # Only the reading thread routes, so the numbering is in arrival order.
+            return ("command", next(self._commands))
+        return None
+
+    def serve(self) -> None:
+        """Initialize, then run commands until ``finalize``; returns when done."""
+        for index in itertools.count():
+            message = self.channel.wait(("command", index))
+            if message[0] == INIT:
+                if not self._initialize(message):
+                    return
+            elif message[0] == EXECUTE:
+                self._execute(message)
+            else:
+                self._finalize(message)
+                return
+
+    def _initialize(self, message: Message) -> bool:
+        _, key, setup = message
+        try:
+            sys.path.extend(p for p in setup["sys_path"] if p not in sys.path)
+            spec = ModelSpec(**setup["spec"])
+            model_file = Path(setup["model_file"])
+            module = load_module(spec.name, model_file)
+            client = StubClient(self) if setup["client"] else None
+            scope = pb_utils._ModelScope(str(model_file.parent), client)
+            pb_utils._process_scope = scope
+            self.runner = ModelRunner(spec, module, scope)
+            self.runner.initialize(setup["args"])
+        except Exception as exc:
+            self.channel.send((REPLY, key, error_to_wire(exc)))
+            return False
+        self.channel.send((REPLY, key, None))
+        return True
+
+    def _execute(self, message: Message) -> None:
+        _, key, block, wires = message
+        assert self.runner is not None
+        decoupled = self.runner.spec.decoupled
+        requests = read_requests(self.inbound, block, wires)
+        if decoupled:
+            for request in requests:
+                request.respond = self._responder(request)
+        results = self.runner.execute(requests)
+        if decoupled:
+            self.channel.send((REPLY, key, -1, []))
+        else:
+            self._send_results(key, results)
+
+    def _send_results(self, key: int, results: Sequence[ExecResult]) -> None:
+        try:
+            out_block, out_wires = write_results(self.writer, results)
+            self.channel.send((REPLY, key, out_block, out_wires))
+        except ChannelClosed:
+            raise
+        except Exception as exc:  # e.g. response parameters that cannot be pickled
+            error = InternalError(f"failed to return the responses: {type(exc).__name__}: {exc}")
+            failed = [ExecResult(error=error) for _ in results]
+            self.channel.send((REPLY, key, -1, write_results(self.writer, failed)[1]))
+
+    def _responder(self, request: StubRequest) -> Any:
+        token = request.token
+
+        def respond(result: ExecResult | None, final: bool) -> None:
+            block, [wire] = write_results(self.writer, [result])
+            self.channel.send((RESPONSE, token, final, block, wire))
+
+        return respond
+
+    def _finalize(self, message: Message) -> None:
+        if self.runner is not None:
+            self.runner.finalize()
+            self.runner.discard()
+        self.channel.send((REPLY, message[1]))
+
+
+def _forward_logs(channel: Channel) -> None:
+    """Forward ``pb_utils.Logger`` (every level) and other loggers (WARNING and up)."""
+    logging.getLogger().addHandler(_LogForwarder(channel))
+    logging.getLogger("workbench.python_model").setLevel(logging.DEBUG)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the stub; returns the exit status."""
+    sock_fd, inbound_fd, outbound_fd = (int(arg) for arg in argv[:3])
+    # Ctrl-C in a terminal reaches the whole process group: the server decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for fd in (sock_fd, inbound_fd, outbound_fd):
+        os.set_inheritable(fd, False)
+    stub = Stub(socket.socket(fileno=sock_fd), Region(inbound_fd), Region(outbound_fd))
+    _forward_logs(stub.channel)
+    try:
+        stub.serve()
+    except ChannelClosed:
+        pass  # the server went away: nothing left to serve
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        status = main(sys.argv[1:])
+    except BaseException:  # sys.exit() in model code, or a bug: the server sees us die
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Threads the model started must not keep the process alive (Triton's stub exits too).
+    os._exit(status)
