@@ -154,12 +154,15 @@ class InstancePool:
             self.release(worker)
 
     async def close(self) -> None:
-        """Finalize every created instance on its worker, then stop the workers."""
-        loop = asyncio.get_running_loop()
+        """Finalize every created instance, then stop the workers.
+
+        ``close`` runs on a fresh thread, not the instance's worker: after a drain nothing runs
+        there, but should an ``execute`` hang, a stub-process instance can still be ended.
+        """
         for worker in self._workers:
             if worker.instance is not None:
                 try:
-                    await loop.run_in_executor(worker.executor, worker.instance.close)
+                    await asyncio.to_thread(worker.instance.close)
                 except Exception:  # user code in finalize() must not stop the others closing
                     pass
                 worker.instance = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -231,7 +231,15 @@ class BackendModel:
         assert isinstance(slot, Worker)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        job = self.pool.start(slot, lambda instance: self._run(instance, batch))
+        on_loop = getattr(slot.instance, "execute_async", None)
+        if on_loop is not None:
+            # The instance talks to its own process from the loop: no worker-thread hand-off
+            # (and no contention for this process's GIL) on the way there and back.
+            job: asyncio.Future[list[ExecResult]] = asyncio.ensure_future(
+                self._run_on_loop(on_loop, batch)
+            )
+        else:
+            job = self.pool.start(slot, lambda instance: self._run(instance, batch))
 
         def finish(job: asyncio.Future[list[ExecResult]]) -> None:
             self.pool.release(slot)
@@ -257,31 +265,25 @@ class BackendModel:
 
     def _run(self, instance: ModelInstance, batch: list[Pending]) -> list[ExecResult]:
         """One execution, on the instance's worker thread; never raises."""
-        started = time.monotonic_ns()
-        requests = [p.request for p in batch]
-        for request in requests:
-            reshape_inputs(self.config, request, self._batched)
-        input_done = time.monotonic_ns()
+        clock = _Phases(self, batch)
         try:
-            results = instance.execute(requests)
-        except WorkbenchError as exc:
-            results = [ExecResult(error=exc) for _ in requests]
+            results = instance.execute(clock.requests)
         except Exception as exc:  # a bug in user model code fails the batch, not the server
-            failure = InternalError(f"{type(exc).__name__}: {exc}")
-            results = [ExecResult(error=failure) for _ in requests]
-        infer_done = time.monotonic_ns()
-        if len(results) != len(requests):
-            failure = InternalError(
-                f"model '{self.name}' returned {len(results)} responses for "
-                f"{len(requests)} requests"
-            )
-            results = [ExecResult(error=failure) for _ in requests]
-        for request, result in zip(requests, results, strict=True):
-            self._finish_result(request, result)
-        output_done = time.monotonic_ns()
-        for pending in batch:
-            pending.times.stamp(started, input_done, infer_done, output_done)
-        return results
+            results = _failed(clock.requests, exc)
+        return clock.finish(results)
+
+    async def _run_on_loop(
+        self,
+        execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
+        batch: list[Pending],
+    ) -> list[ExecResult]:
+        """One execution awaited on the loop (instances with ``execute_async``)."""
+        clock = _Phases(self, batch)
+        try:
+            results = await execute(clock.requests)
+        except Exception as exc:
+            results = _failed(clock.requests, exc)
+        return clock.finish(results)
 
     def _finish_result(self, request: InferRequest, result: ExecResult) -> None:
         if result.error is not None or request.respond is not None:
@@ -304,6 +306,43 @@ class BackendModel:
 
 async def _single(response: Coroutine[Any, Any, InferResponse]) -> AsyncIterator[InferResponse]:
     yield await response
+
+
+class _Phases:
+    """Times the phases of one execution and shapes its inputs and results (either path)."""
+
+    def __init__(self, model: BackendModel, batch: list[Pending]) -> None:
+        self.model = model
+        self.batch = batch
+        self.started = time.monotonic_ns()
+        self.requests = [p.request for p in batch]
+        for request in self.requests:
+            reshape_inputs(model.config, request, model._batched)
+        self.input_done = time.monotonic_ns()
+
+    def finish(self, results: list[ExecResult]) -> list[ExecResult]:
+        infer_done = time.monotonic_ns()
+        if len(results) != len(self.requests):
+            results = _failed(
+                self.requests,
+                InternalError(
+                    f"model '{self.model.name}' returned {len(results)} responses for "
+                    f"{len(self.requests)} requests"
+                ),
+            )
+        for request, result in zip(self.requests, results, strict=True):
+            self.model._finish_result(request, result)
+        output_done = time.monotonic_ns()
+        for pending in self.batch:
+            pending.times.stamp(self.started, self.input_done, infer_done, output_done)
+        return results
+
+
+def _failed(requests: list[InferRequest], exc: Exception) -> list[ExecResult]:
+    """One failed result per request: a library error as it is, anything else internal."""
+    if not isinstance(exc, WorkbenchError):
+        exc = InternalError(f"{type(exc).__name__}: {exc}")
+    return [ExecResult(error=exc) for _ in requests]
 
 
 class _ResponseStream:
