@@ -247,3 +247,72 @@ def test_statistics_count_real_requests_only(tmp_path: Path) -> None:
     assert stats["inference_count"] == 4 and stats["execution_count"] == 4
     assert stats["inference_stats"]["success"]["count"] == 4
     assert [b["batch_size"] for b in stats["batch_stats"]] == [1, 2]
+
+
+# -- implicit state with an ONNX model (the state is carried from request to request) ---------
+
+STATE_CONFIG = """
+name: "onnx_state"
+platform: "onnxruntime_onnx"
+max_batch_size: 1
+input [{ name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] }]
+output [{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] }]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  direct { }
+  state [{
+    input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ]
+    initial_state { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" }
+  }]
+}
+"""
+
+
+def _write_onnx_accumulator(root: Path) -> None:
+    """OUTPUT = INPUT + STATE_IN; STATE_OUT = OUTPUT (a running sum kept by the server)."""
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    fp32 = onnx.TensorProto.FLOAT
+
+    def value(name: str) -> Any:
+        return helper.make_tensor_value_info(name, fp32, ["batch", 1])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"]),
+        ],
+        "accumulator",
+        [value("INPUT"), value("STATE_IN")],
+        [value("OUTPUT"), value("STATE_OUT")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (root / "onnx_state" / "1").mkdir(parents=True)
+    onnx.save(model, str(root / "onnx_state" / "1" / "model.onnx"))
+    (root / "onnx_state" / "config.pbtxt").write_text(STATE_CONFIG)
+
+
+def _accumulate(url: str, value: float, **parameters: Any) -> Any:
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "FP32", "data": [value]}],
+        "parameters": parameters,
+    }
+    reply = requests.post(f"{url}/v2/models/onnx_state/infer", json=body, timeout=10)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_implicit_state_is_carried_between_requests_of_an_onnx_sequence(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    _write_onnx_accumulator(tmp_path)
+    with Server(tmp_path, http_port=0) as server:
+        sums = []
+        for index, value in enumerate([5.0, 6.0, 7.0]):
+            flags = {"sequence_start": index == 0, "sequence_end": index == 2}
+            body = _accumulate(server.url, value, sequence_id=77, **flags)
+            sums.append(body["outputs"][0]["data"][0])
+            assert [o["name"] for o in body["outputs"]] == ["OUTPUT"]  # the state stays inside
+        other = _accumulate(server.url, 1.0, sequence_id=78, sequence_start=True)
+    assert sums == [5.0, 11.0, 18.0]
+    assert other["outputs"][0]["data"] == [1.0]  # a new sequence starts from initial_state

@@ -193,7 +193,9 @@ class OnnxRuntimeInstance:
         self.session = session
         self._max_batch_size = context.config.max_batch_size
         self._input_types = {name: wire for name, wire, _ in _tensor_infos(session.get_inputs())}
-        configured = [out.name for out in context.config.output]
+        # Implicit-state outputs (sequence batching) are fetched too: the core carries them.
+        states = [state.output_name for state in context.config.sequence_batching.state]
+        configured = [out.name for out in context.config.output] + states
         graph = [arg.name for arg in session.get_outputs()]
         self._output_names = [n for n in graph if n in configured] if configured else graph
         self._declared = declared_output_types(context.config)
