@@ -14,217 +14,34 @@ the scenario (durations vary by run).
 
 from __future__ import annotations
 
-import http.client
-import inspect
 import json
-import threading
 import time
-import zipfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import pytest
 
-from tests.integration.capture_golden import Case, send
-from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, copy_repository
-from workbench.server.hosting import Server
+from tests.integration.peers import Peers
+from tests.integration.scheduling_harness import (
+    Servers,
+    both_servers,
+    check,
+    fp32,
+    infer,
+    outputs,
+    post,
+    staggered,
+    stream,
+    with_stats,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.conformance]
-
-SCHEDULING_REPO = REPO_ROOT / "tests" / "assets" / "scheduling_repo"
-#: loaded at start; the ``bad_ens_*`` models are loaded by the tests (their loads fail)
-MODELS = (
-    "batch_echo", "cached_add_one", "decoupled_repeat", "ens_diamond", "ens_fail",
-    "priority_levels", "queue_full", "queue_timeout_delay", "queue_timeout_reject",
-    "seq_direct", "seq_oldest", "seq_string_id", "vec_add_one", "vec_fail_negative",
-    "vec_sum_pair", "vec_times_two",
-)  # fmt: skip
-CACHE_BYTES = 1048576
-T = TypeVar("T")
-Scenario = Callable[[int], Any]
-
-
-class Servers(NamedTuple):
-    real: TritonServerProcess
-    ours: Server
-
-
-# --- servers ----------------------------------------------------------------------------------
-
-
-def _cache_directory(peers: Peers, target: Path) -> Path:
-    """``<target>/local/libtritoncache_local.so`` from the pytriton wheel.
-
-    The wheel ships the local cache, but ``peers.prepare()`` does not lay it out and tritonserver
-    looks in ``/opt/tritonserver/caches`` unless told otherwise.
-    """
-    wheel = next((peers.root / "wheels").glob("nvidia_pytriton-*.whl"))
-    member = "pytriton/tritonserver/caches/local/libtritoncache_local.so"
-    (target / "local").mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        (target / "local" / "libtritoncache_local.so").write_bytes(archive.read(member))
-    return target
-
-
-def _start_embedded(repository: Path) -> Server:
-    """The embedded server with MODELS loaded; models it cannot load are left unloaded.
-
-    Loading one by one through the repository API keeps a model that fails (a feature not
-    implemented yet) from failing every case: those cases fail on their own.
-    """
-    options: dict[str, Any] = {}
-    if "cache_size" in inspect.signature(Server).parameters:
-        options["cache_size"] = CACHE_BYTES
-    server = Server(repository, http_port=0, model_control_mode="explicit", **options)
-    server.start()
-    for name in MODELS:
-        _post(server.http_port, f"/v2/repository/models/{name}/load")
-    return server
 
 
 @pytest.fixture(scope="module")
 def servers(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """Real Triton and the embedded server, each on its own copy of the repository."""
-    workdir = tmp_path_factory.mktemp("scheduling")
-    real_repo = copy_repository(SCHEDULING_REPO, workdir / "real" / "scheduling_repo")
-    ours_repo = copy_repository(SCHEDULING_REPO, workdir / "ours" / "scheduling_repo")
-    caches = _cache_directory(peers, workdir / "caches")
-    real = TritonServerProcess(
-        peers,
-        real_repo,
-        log_path=workdir / "tritonserver.log",
-        load_models=MODELS,
-        extra_args=[f"--cache-config=local,size={CACHE_BYTES}", f"--cache-directory={caches}"],
-    )
-    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(real.start)  # both start at once: tritonserver takes ~10 s
-        stack.callback(real.stop)
-        ours = _start_embedded(ours_repo)
-        stack.callback(ours.stop)
-        starting.result()
-        yield Servers(real, ours)
-
-
-# --- requests ---------------------------------------------------------------------------------
-
-
-def _post(port: int, path: str, body: Any = b"") -> dict[str, Any]:
-    reply = send(port, Case("scheduling", "POST", path, body))
-    return {"status": reply["status"], "body": reply["body"]}
-
-
-def _infer(port: int, model: str, inputs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return _post(port, f"/v2/models/{model}/infer", {"inputs": inputs, **extra})
-
-
-def _fp32(name: str, rows: int, values: list[float], width: int = 1) -> dict[str, Any]:
-    return {"name": name, "shape": [rows, width], "datatype": "FP32", "data": values}
-
-
-def _outputs(reply: dict[str, Any]) -> Any:
-    """``{name: data}`` of a 200 reply, or ``(status, body)`` of an error."""
-    if reply["status"] != 200:
-        return reply["status"], reply["body"]
-    return {output["name"]: output["data"] for output in reply["body"]["outputs"]}
-
-
-def _stream(port: int, path: str, body: Any) -> dict[str, Any]:
-    """Status, content type and de-chunked body bytes (as text) of a streaming request."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        raw = response.read()
-    finally:
-        connection.close()
-    return {
-        "status": response.status,
-        "content_type": response.getheader("content-type"),
-        "chunked": response.getheader("transfer-encoding") == "chunked",
-        "body": raw.decode(),
-    }
-
-
-def _counts(port: int, model: str) -> dict[str, int]:
-    """Every count in the model's statistics, flat; batch_stats as ``batch_<size>``."""
-    reply = send(port, Case("stats", "GET", f"/v2/models/{model}/stats"))
-    if reply["status"] != 200:
-        return {"stats_status": reply["status"]}
-    entry = reply["body"]["model_stats"][0]
-    counts = {"inference_count": entry["inference_count"]}
-    counts["execution_count"] = entry["execution_count"]
-    counts.update({name: stat["count"] for name, stat in entry["inference_stats"].items()})
-    for batch in entry["batch_stats"]:
-        counts[f"batch_{batch['batch_size']}"] = batch["compute_infer"]["count"]
-    return counts
-
-
-def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """What changed (zero changes left out)."""
-    keys = sorted(set(before) | set(after))
-    changes = {key: after.get(key, 0) - before.get(key, 0) for key in keys}
-    return {key: change for key, change in changes.items() if change}
-
-
-def _with_stats(port: int, models: tuple[str, ...], run: Callable[[], T]) -> tuple[T, Any]:
-    before = {model: _counts(port, model) for model in models}
-    result = run()
-    return result, {model: _delta(before[model], _counts(port, model)) for model in models}
-
-
-def _staggered(calls: list[tuple[float, Callable[[], T]]]) -> list[T]:
-    """Run each call in its own thread, starting ``offset`` seconds after the first."""
-    results: list[Any] = [None] * len(calls)
-    started = time.monotonic()
-
-    def run(index: int, offset: float, call: Callable[[], T]) -> None:
-        time.sleep(max(0.0, started + offset - time.monotonic()))
-        results[index] = call()
-
-    threads = [
-        threading.Thread(target=run, args=(index, offset, call))
-        for index, (offset, call) in enumerate(calls)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    return results
-
-
-def _on_both(servers: Servers, scenario: Scenario) -> tuple[Any, Any]:
-    """The scenario on both servers at the same time: (Triton's observation, ours)."""
-    with ThreadPoolExecutor(2) as pool:
-        real = pool.submit(scenario, servers.real.http_port)
-        ours = pool.submit(scenario, servers.ours.http_port)
-        return real.result(), ours.result()
-
-
-def _check(
-    servers: Servers,
-    scenario: Scenario,
-    expected: Any,
-    *,
-    apart: bool = False,
-    deliberate: Callable[[Any], Any] | None = None,
-) -> None:
-    """Triton's observation must be ``expected`` and ours Triton's.
-
-    ``apart``: one server after the other, for scenarios whose timing margins are tight on a
-    busy 2-core machine. ``deliberate``: removes a documented difference from our observation
-    (and asserts it is there) before comparing.
-    """
-    if apart:
-        real, ours = scenario(servers.real.http_port), scenario(servers.ours.http_port)
-    else:
-        real, ours = _on_both(servers, scenario)
-    assert real == expected, f"real Triton no longer behaves as recorded: {real!r}"
-    if deliberate is not None:
-        ours = deliberate(ours)
-    assert ours == real, f"ours: {ours!r}\nTriton: {real!r}"
+    yield from both_servers(peers, tmp_path_factory)
 
 
 # --- dynamic batching (batch_echo: preferred_batch_size [4], max_queue_delay 2 s) ---------
@@ -233,9 +50,9 @@ def _check(
 def _batch_sizes(port: int, rows: list[int], stagger: float) -> list[Any]:
     def one(count: int) -> Callable[[], Any]:
         values = [float(i) for i in range(count)]
-        return lambda: _outputs(_infer(port, "batch_echo", [_fp32("INPUT0", count, values)]))
+        return lambda: outputs(infer(port, "batch_echo", [fp32("INPUT0", count, values)]))
 
-    replies = _staggered([(i * stagger, one(count)) for i, count in enumerate(rows)])
+    replies = staggered([(i * stagger, one(count)) for i, count in enumerate(rows)])
     return [reply["BATCH_SIZE"] if isinstance(reply, dict) else reply for reply in replies]
 
 
@@ -244,22 +61,22 @@ def test_preferred_batch_size_leaves_at_once(servers: Servers) -> None:
 
     def scenario(port: int) -> Any:
         started = time.monotonic()
-        sizes, stats = _with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [1] * 4, 0.02))
+        sizes, stats = with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [1] * 4, 0.02))
         return sizes, stats, time.monotonic() - started < 1.5
 
     batch = {"inference_count": 4, "execution_count": 1, "batch_4": 1}
     per_request = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 4)
     stats = {"batch_echo": {**batch, **per_request, "compute_output": 4}}
-    _check(servers, scenario, ([[4]] * 4, stats, True))
+    check(servers, scenario, ([[4]] * 4, stats, True))
 
 
 def test_six_requests_make_a_preferred_batch_then_wait_for_the_delay(servers: Servers) -> None:
     def scenario(port: int) -> Any:
-        return _with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [1] * 6, 0.02))
+        return with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [1] * 6, 0.02))
 
     counts = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 6)
     stats = {"inference_count": 6, "execution_count": 2, "batch_2": 1, "batch_4": 1, **counts}
-    _check(
+    check(
         servers, scenario, ([[4]] * 4 + [[2]] * 2, {"batch_echo": {**stats, "compute_output": 6}})
     )
 
@@ -268,18 +85,18 @@ def test_a_request_that_would_pass_the_preferred_size_closes_the_batch(servers: 
     """3 rows, then 3 more: the first runs alone at once, the second after the delay."""
 
     def scenario(port: int) -> Any:
-        return _with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [3, 3], 0.05))
+        return with_stats(port, ("batch_echo",), lambda: _batch_sizes(port, [3, 3], 0.05))
 
     counts = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 2)
     stats = {"inference_count": 6, "execution_count": 2, "batch_3": 2, **counts}
-    _check(servers, scenario, ([[3] * 3, [3] * 3], {"batch_echo": {**stats, "compute_output": 2}}))
+    check(servers, scenario, ([[3] * 3, [3] * 3], {"batch_echo": {**stats, "compute_output": 2}}))
 
 
 # --- queue policies and priorities (max_batch_size 1; the model sleeps 300-400 ms) -----------
 
 
 def _one(port: int, model: str, value: float = 1.0, **extra: Any) -> Callable[[], Any]:
-    return lambda: _infer(port, model, [_fp32("INPUT0", 1, [value])], **extra)
+    return lambda: infer(port, model, [fp32("INPUT0", 1, [value])], **extra)
 
 
 def _statuses_and_errors(replies: list[dict[str, Any]]) -> list[Any]:
@@ -288,20 +105,20 @@ def _statuses_and_errors(replies: list[dict[str, Any]]) -> list[Any]:
 
 def _execution_order(replies: list[dict[str, Any]]) -> list[Any]:
     """Each request's place in the model's order of execution (ORDER minus the first)."""
-    orders = [_outputs(reply)["ORDER"][0] for reply in replies]
+    orders = [outputs(reply)["ORDER"][0] for reply in replies]
     return [order - min(orders) for order in orders]
 
 
 def test_queue_full_is_rejected(servers: Servers) -> None:
     def scenario(port: int) -> Any:
         calls = [(0.05 * i, _one(port, "queue_full", id=name)) for i, name in enumerate("abc")]
-        replies, stats = _with_stats(port, ("queue_full",), lambda: _staggered(calls))
+        replies, stats = with_stats(port, ("queue_full",), lambda: staggered(calls))
         return _statuses_and_errors(replies), stats
 
     full = (503, {"error": "[request id: c] Exceeds maximum queue size"})
     counts = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 2)
     stats = {"inference_count": 2, "execution_count": 2, "batch_1": 2, **counts}
-    _check(servers, scenario, ([200, 200, full], {"queue_full": {**stats, "compute_output": 2}}))
+    check(servers, scenario, ([200, 200, full], {"queue_full": {**stats, "compute_output": 2}}))
 
 
 def test_queue_timeout_rejects(servers: Servers) -> None:
@@ -309,14 +126,14 @@ def test_queue_timeout_rejects(servers: Servers) -> None:
 
     def scenario(port: int) -> Any:
         calls = [(0.05 * i, _one(port, "queue_timeout_reject", id=f"r{i}")) for i in range(3)]
-        replies, stats = _with_stats(port, ("queue_timeout_reject",), lambda: _staggered(calls))
+        replies, stats = with_stats(port, ("queue_timeout_reject",), lambda: staggered(calls))
         return _statuses_and_errors(replies), stats
 
     expired = (503, {"error": "Request timeout expired"})
     counts = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 1)
     stats = {"inference_count": 1, "execution_count": 1, "batch_1": 1, "fail": 2, **counts}
     expected = {"queue_timeout_reject": {**stats, "compute_output": 1}}
-    _check(servers, scenario, ([200, expired, expired], expected))
+    check(servers, scenario, ([200, expired, expired], expected))
 
 
 def test_request_timeout_lowers_the_default(servers: Servers) -> None:
@@ -332,10 +149,10 @@ def test_request_timeout_lowers_the_default(servers: Servers) -> None:
             (0.40, _one(port, model, parameters={"timeout": 50000})),
             (0.45, _one(port, model)),
         ]
-        return _statuses_and_errors(_staggered(calls))
+        return _statuses_and_errors(staggered(calls))
 
     expected = [200, (503, {"error": "Request timeout expired"}), 200]
-    _check(servers, scenario, expected, apart=True)
+    check(servers, scenario, expected, apart=True)
 
 
 def test_queue_timeout_delay_runs_late_requests_last(servers: Servers) -> None:
@@ -352,9 +169,9 @@ def test_queue_timeout_delay_runs_late_requests_last(servers: Servers) -> None:
             (0.02, _one(port, model, 2.0, parameters={"timeout": 10000})),
             (0.20, _one(port, model, 3.0)),
         ]
-        return _execution_order(_staggered(calls))
+        return _execution_order(staggered(calls))
 
-    _check(servers, scenario, [0, 2, 1], apart=True)
+    check(servers, scenario, [0, 2, 1], apart=True)
 
 
 def test_priority_levels(servers: Servers) -> None:
@@ -369,9 +186,9 @@ def test_priority_levels(servers: Servers) -> None:
             (0.15, _one(port, model, parameters={"priority": 1})),
             (0.20, _one(port, model, parameters={"priority": 3})),
         ]
-        return _execution_order(_staggered(calls))
+        return _execution_order(staggered(calls))
 
-    _check(servers, scenario, [0, 2, 3, 1, 4], apart=True)
+    check(servers, scenario, [0, 2, 3, 1, 4], apart=True)
 
 
 @pytest.mark.parametrize("priority", [-1, "1", 1.5])
@@ -383,7 +200,7 @@ def test_invalid_priority(servers: Servers, priority: Any) -> None:
         "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as "
         "unsigned-integer"
     )
-    _check(servers, scenario, {"status": 500, "body": {"error": error}})
+    check(servers, scenario, {"status": 500, "body": {"error": error}})
 
 
 # --- sequence batching (max_batch_size 2, one instance, idle timeout 1 s) --------------------
@@ -394,7 +211,7 @@ def _seq(port: int, model: str, value: int, sequence_id: Any, *flags: str) -> An
     parameters: dict[str, Any] = {"sequence_id": sequence_id}
     parameters.update({f"sequence_{flag}": True for flag in flags})
     tensor = {"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [value]}
-    return _outputs(_infer(port, model, [tensor], parameters=parameters))
+    return outputs(infer(port, model, [tensor], parameters=parameters))
 
 
 def _accumulate(port: int, model: str, sequence_id: Any) -> list[Any]:
@@ -416,7 +233,7 @@ def _accumulated(corrid: int) -> list[dict[str, list[Any]]]:
 @pytest.mark.parametrize("model", ["seq_direct", "seq_oldest"])
 def test_sequence_accumulates_with_control_inputs(servers: Servers, model: str) -> None:
     """START/END/READY/CORRID as the model sees them (int32 in direct, fp32 and bool in oldest)."""
-    _check(servers, lambda port: _accumulate(port, model, 1001), _accumulated(1001))
+    check(servers, lambda port: _accumulate(port, model, 1001), _accumulated(1001))
 
 
 def test_sequence_with_string_ids(servers: Servers) -> None:
@@ -440,7 +257,7 @@ def test_sequence_with_string_ids(servers: Servers) -> None:
     expected.append((400, {"error": no_start}))
     expected.append({"OUTPUT": [2], "CORRID_SEEN": ["int:42"]})
     expected.append({"OUTPUT": [3], "CORRID_SEEN": ["str:42"]})
-    _check(servers, scenario, expected)
+    check(servers, scenario, expected)
 
 
 def test_direct_strategy_pads_batches_with_null_requests(servers: Servers) -> None:
@@ -453,7 +270,7 @@ def test_direct_strategy_pads_batches_with_null_requests(servers: Servers) -> No
         return [(reply["OUTPUT"], reply["ROWS"]) for reply in rows]
 
     expected = [([10], [1]), ([20], [2]), ([11], [1]), ([22], [2]), ([14], [1])]
-    _check(servers, scenario, expected)
+    check(servers, scenario, expected)
 
 
 def _sequence_error(model: str, what: str) -> tuple[int, dict[str, str]]:
@@ -480,21 +297,21 @@ def test_sequence_errors(servers: Servers, model: str, case: str) -> None:
 
     def scenario(port: int) -> Any:
         tensor = {"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}
-        return _outputs(_infer(port, model, [tensor], parameters=parameters))
+        return outputs(infer(port, model, [tensor], parameters=parameters))
 
-    _check(servers, scenario, _sequence_error(model, message))
+    check(servers, scenario, _sequence_error(model, message))
 
 
 def test_sequence_of_two_rows_is_refused(servers: Servers) -> None:
     def scenario(port: int) -> Any:
         tensor = {"name": "INPUT", "shape": [2, 1], "datatype": "INT32", "data": [1, 2]}
         parameters = {"sequence_id": 9, "sequence_start": True, "sequence_end": True}
-        return _outputs(_infer(port, "seq_direct", [tensor], parameters=parameters))
+        return outputs(infer(port, "seq_direct", [tensor], parameters=parameters))
 
     message = (
         "to model 'seq_direct' must specify batch-size 1 due to requirements of sequence batcher"
     )
-    _check(servers, scenario, _sequence_error("seq_direct", message))
+    check(servers, scenario, _sequence_error("seq_direct", message))
 
 
 def test_sequence_idle_timeout_forgets_the_sequence(servers: Servers) -> None:
@@ -505,7 +322,7 @@ def test_sequence_idle_timeout_forgets_the_sequence(servers: Servers) -> None:
 
     first = {"OUTPUT": [5], "CONTROLS": [1.0, 0.0, 1.0], "CORRID_SEEN": [500], "ROWS": [1]}
     message = NO_START.replace("4242", "500")
-    _check(servers, scenario, [first, _sequence_error("seq_direct", message)])
+    check(servers, scenario, [first, _sequence_error("seq_direct", message)])
 
 
 # --- ensembles --------------------------------------------------------------------------------
@@ -514,7 +331,7 @@ DIAMOND = ("ens_diamond", "vec_add_one", "vec_times_two", "vec_sum_pair")
 
 
 def _vec(values: list[float]) -> list[dict[str, Any]]:
-    return [_fp32("IN", 1, values, width=4)]
+    return [fp32("IN", 1, values, width=4)]
 
 
 def _one_of_each(count: int) -> dict[str, int]:
@@ -526,7 +343,7 @@ def test_ensemble_diamond(servers: Servers) -> None:
     """One tensor feeds two steps whose outputs meet in a third; every model counts once."""
 
     def scenario(port: int) -> Any:
-        return _with_stats(port, DIAMOND, lambda: _infer(port, "ens_diamond", _vec([1, 2, 3, 4])))
+        return with_stats(port, DIAMOND, lambda: infer(port, "ens_diamond", _vec([1, 2, 3, 4])))
 
     outputs = [  # completion order, not config order; ensembles always answer `parameters`
         {"name": "PLUS_ONE", "datatype": "FP32", "shape": [1, 4], "data": [2.0, 3.0, 4.0, 5.0]},
@@ -539,7 +356,7 @@ def test_ensemble_diamond(servers: Servers) -> None:
         "outputs": outputs,
     }
     stats = {model: _one_of_each(1) for model in DIAMOND}
-    _check(servers, scenario, ({"status": 200, "body": body}, stats))
+    check(servers, scenario, ({"status": 200, "body": body}, stats))
 
 
 def test_ensemble_step_failure(servers: Servers) -> None:
@@ -547,13 +364,13 @@ def test_ensemble_step_failure(servers: Servers) -> None:
     models = ("ens_fail", "vec_fail_negative", "vec_add_one")
 
     def scenario(port: int) -> Any:
-        return _with_stats(
-            port, models, lambda: _infer(port, "ens_fail", _vec([1, -2, 3, 4]), id="e1")
+        return with_stats(
+            port, models, lambda: infer(port, "ens_fail", _vec([1, -2, 3, 4]), id="e1")
         )
 
     error = "in ensemble 'ens_fail', negative input to vec_fail_negative"
     stats = {"ens_fail": {"fail": 2}, "vec_fail_negative": _one_of_each(1), "vec_add_one": {}}
-    _check(
+    check(
         servers,
         scenario,
         ({"status": 500, "body": {"error": error}}, stats),
@@ -575,9 +392,9 @@ def test_ensemble_subset_of_outputs(servers: Servers) -> None:
 
     def scenario(port: int) -> Any:
         outputs = [{"name": "OUT"}]
-        return _infer(port, "ens_diamond", _vec([1, 2, 3, 4]), outputs=outputs)["status"]
+        return infer(port, "ens_diamond", _vec([1, 2, 3, 4]), outputs=outputs)["status"]
 
-    _check(servers, scenario, 400)
+    check(servers, scenario, 400)
 
 
 BAD_ENSEMBLES = {
@@ -601,7 +418,7 @@ def test_ensemble_load_errors(servers: Servers, model: str) -> None:
     status, error = BAD_ENSEMBLES[model]
 
     def scenario(port: int) -> Any:
-        return _post(port, f"/v2/repository/models/{model}/load")
+        return post(port, f"/v2/repository/models/{model}/load")
 
     def triton_text_first(observed: Any) -> Any:
         """Deliberate difference: after Triton's text we say which step and what to change."""
@@ -612,7 +429,7 @@ def test_ensemble_load_errors(servers: Servers, model: str) -> None:
         return observed
 
     expected = {"status": status, "body": {"error": error}}
-    _check(servers, scenario, expected, deliberate=triton_text_first)
+    check(servers, scenario, expected, deliberate=triton_text_first)
 
 
 # --- decoupled model through generate_stream ------------------------------------------------
@@ -631,13 +448,13 @@ def test_generate_stream(servers: Servers, count: int) -> None:
     """One ``data:`` event per response; the bare final flag adds nothing."""
     body = "".join(_event(i) for i in range(count))
     expected = {"status": 200, "content_type": EVENT_STREAM, "chunked": True, "body": body}
-    _check(servers, lambda port: _stream(port, STREAM, {"COUNT": count}), expected)
+    check(servers, lambda port: stream(port, STREAM, {"COUNT": count}), expected)
 
 
 def test_generate_stream_error_response(servers: Servers) -> None:
     error = 'data: {"error":"COUNT must not be negative"}\n\n'
     expected = {"status": 400, "content_type": EVENT_STREAM, "chunked": True, "body": error}
-    _check(servers, lambda port: _stream(port, STREAM, {"COUNT": -1}), expected)
+    check(servers, lambda port: stream(port, STREAM, {"COUNT": -1}), expected)
 
 
 @pytest.mark.parametrize("count", [1, 3])
@@ -652,16 +469,16 @@ def test_generate_on_a_decoupled_model(servers: Servers, count: int) -> None:
             'stream for model that generates various number of responses"}'
         )
     expected = {"status": 200, "content_type": "application/json", "chunked": True, "body": body}
-    _check(servers, lambda port: _stream(port, path, {"COUNT": count}), expected)
+    check(servers, lambda port: stream(port, path, {"COUNT": count}), expected)
 
 
 def test_infer_on_a_decoupled_model(servers: Servers) -> None:
     def scenario(port: int) -> Any:
         tensor = {"name": "COUNT", "shape": [1], "datatype": "INT32", "data": [2]}
-        return _infer(port, "decoupled_repeat", [tensor])
+        return infer(port, "decoupled_repeat", [tensor])
 
     error = "HTTP end point doesn't support models with decoupled transaction policy"
-    _check(servers, scenario, {"status": 501, "body": {"error": error}})
+    check(servers, scenario, {"status": 501, "body": {"error": error}})
 
 
 # --- response cache ---------------------------------------------------------------------------
@@ -673,13 +490,13 @@ def test_response_cache_hits_and_misses(servers: Servers) -> None:
     def scenario(port: int) -> Any:
         def run() -> list[Any]:
             return [
-                _outputs(_infer(port, "cached_add_one", _vec([1, 2, 3, 4]), id="first")),
-                _outputs(_infer(port, "cached_add_one", _vec([1, 2, 3, 4]), id="again")),
-                _outputs(_infer(port, "cached_add_one", _vec([1, 2, 3, 5]))),
+                outputs(infer(port, "cached_add_one", _vec([1, 2, 3, 4]), id="first")),
+                outputs(infer(port, "cached_add_one", _vec([1, 2, 3, 4]), id="again")),
+                outputs(infer(port, "cached_add_one", _vec([1, 2, 3, 5]))),
             ]
 
-        return _with_stats(port, ("cached_add_one",), run)
+        return with_stats(port, ("cached_add_one",), run)
 
     replies = [{"OUT": [2.0, 3.0, 4.0, 5.0]}] * 2 + [{"OUT": [2.0, 3.0, 4.0, 6.0]}]
     stats = {**_one_of_each(2), "success": 3, "queue": 3, "cache_hit": 1, "cache_miss": 2}
-    _check(servers, scenario, (replies, {"cached_add_one": stats}))
+    check(servers, scenario, (replies, {"cached_add_one": stats}))
