@@ -284,3 +284,25 @@ async def test_priority_queue_policy_overrides_the_default_per_level() -> None:
         queues.push(pending("b", priority=1))
     for name in "cde":
         queues.push(pending(name, priority=2))
+
+
+@in_loop
+async def test_a_failing_dispatcher_fails_queued_requests_and_keeps_serving() -> None:
+    executor = FakeExecutor()
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    broken = True
+    real_form = batcher._form_batch
+
+    async def form_once_broken() -> list[Pending]:
+        nonlocal broken
+        if broken:
+            broken = False
+            raise RuntimeError("bug")
+        return await real_form()
+
+    batcher._form_batch = form_once_broken  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="dynamic batcher failed: bug"):
+        await batcher.submit(pending("a"))
+    await batcher.submit(pending("b"))  # the dispatcher is still there
+    assert executor.batches == [["b"]]
+    await batcher.close()

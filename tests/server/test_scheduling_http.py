@@ -282,15 +282,21 @@ def test_preserve_ordering_returns_responses_in_request_order(repo: Path, serve:
         extra="dynamic_batching { preserve_ordering: true }",
     )
     url = serve()
-    finished: list[int] = []
 
-    def call(index: int, sleep_s: float) -> None:
+    def call(index: int, sleep_s: float) -> tuple[float, float]:
         time.sleep(index * 0.2)  # generous: thread start-up is slow on a loaded machine
-        infer(url, "ordered", sleep_s)
-        finished.append(index)
+        sent = time.monotonic()
+        status, body = infer(url, "ordered", sleep_s)
+        assert status == 200, body
+        return sent, time.monotonic()
 
-    concurrently([lambda: call(0, 0.8), lambda: call(1, 0.0)])
-    assert finished == [0, 1]
+    (sent0, done0), (sent1, done1) = concurrently([lambda: call(0, 0.8), lambda: call(1, 0.0)])
+    assert sent0 < sent1
+    # The second request ran at once on the other instance, but its response was held back
+    # until the first one's was sent (both are released in the same loop turn, so the client
+    # threads may wake in either order: compare with a margin, not by who appended first).
+    assert done1 - sent1 >= 0.5, f"the second response was not held back ({done1 - sent1:.3f}s)"
+    assert done1 >= done0 - 0.05
 
 
 def test_two_instances_run_two_executions_at_once(repo: Path, serve: Any) -> None:

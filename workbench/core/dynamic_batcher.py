@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 
@@ -22,7 +23,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench.backends.base import ExecResult
 from workbench.core.queue_policy import PriorityQueues
 from workbench.core.scheduler import Executor, Pending
-from workbench.errors import UnavailableError
+from workbench.errors import InternalError, UnavailableError
+
+log = logging.getLogger("workbench.core")
 
 #: below this, waiting is done by yielding to the loop rather than with a timer
 _TIMER_RESOLUTION_NS = 2_000_000
@@ -75,18 +78,32 @@ class DynamicBatcher:
     # -- the dispatcher ------------------------------------------------------------------------
     async def _dispatch_forever(self) -> None:
         while not self._closed:
-            if not self.queues:
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            slot = await self._executor.acquire()
+            try:
+                await self._dispatch_one()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug here must not leave requests waiting forever
+                log.exception("dynamic batcher failed; failing the queued requests")
+                self.queues.fail_all(InternalError(f"dynamic batcher failed: {exc}"))
+
+    async def _dispatch_one(self) -> None:
+        """Wait for requests and an idle instance, then start one batch on it."""
+        if not self.queues:
+            self._arrived.clear()
+            await self._arrived.wait()
+            return
+        slot = await self._executor.acquire()
+        try:
             batch = await self._form_batch()
-            if not batch:
-                self._executor.release(slot)
-                continue
-            task = asyncio.ensure_future(self._executor.execute(slot, batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+        except BaseException:
+            self._executor.release(slot)
+            raise
+        if not batch:
+            self._executor.release(slot)
+            return
+        task = asyncio.ensure_future(self._executor.execute(slot, batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def _form_batch(self) -> list[Pending]:
         """Wait, as the config says, for the batch to send now; remove it from the queues."""
