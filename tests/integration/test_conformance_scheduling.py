@@ -111,14 +111,16 @@ def _execution_order(replies: list[dict[str, Any]]) -> list[Any]:
 
 def test_queue_full_is_rejected(servers: Servers) -> None:
     def scenario(port: int) -> Any:
-        calls = [(0.05 * i, _one(port, "queue_full", id=name)) for i, name in enumerate("abc")]
+        # 100 ms apart (the model runs 400 ms): wide enough for a loaded 2-core machine.
+        calls = [(0.1 * i, _one(port, "queue_full", id=name)) for i, name in enumerate("abc")]
         replies, stats = with_stats(port, ("queue_full",), lambda: staggered(calls))
         return _statuses_and_errors(replies), stats
 
     full = (503, {"error": "[request id: c] Exceeds maximum queue size"})
     counts = dict.fromkeys(("success", "queue", "compute_input", "compute_infer"), 2)
     stats = {"inference_count": 2, "execution_count": 2, "batch_1": 2, **counts}
-    check(servers, scenario, ([200, 200, full], {"queue_full": {**stats, "compute_output": 2}}))
+    expected = ([200, 200, full], {"queue_full": {**stats, "compute_output": 2}})
+    check(servers, scenario, expected, apart=True)
 
 
 def test_queue_timeout_rejects(servers: Servers) -> None:
@@ -166,8 +168,8 @@ def test_queue_timeout_delay_runs_late_requests_last(servers: Servers) -> None:
         model = "queue_timeout_delay"
         calls = [
             (0.0, _one(port, model, 1.0)),
-            (0.02, _one(port, model, 2.0, parameters={"timeout": 10000})),
-            (0.20, _one(port, model, 3.0)),
+            (0.10, _one(port, model, 2.0, parameters={"timeout": 10000})),
+            (0.25, _one(port, model, 3.0)),
         ]
         return _execution_order(staggered(calls))
 
