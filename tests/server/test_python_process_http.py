@@ -46,20 +46,22 @@ output [
   {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }},
   {{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }}
 ]
-instance_group [{{ count: {count} kind: KIND_CPU }}]
+instance_group [{groups}]
 """
 
 
-def write(root: Path, name: str, count: int) -> None:
+def write(root: Path, name: str, count: int, groups: str = "") -> None:
     (root / name / "1").mkdir(parents=True)
     (root / name / "1" / "model.py").write_text(MODEL)
-    (root / name / "config.pbtxt").write_text(CONFIG.format(name=name, count=count))
+    groups = groups or f"{{ count: {count} kind: KIND_CPU }}"
+    (root / name / "config.pbtxt").write_text(CONFIG.format(name=name, groups=groups))
 
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
     write(tmp_path, "burn_one", 1)
     write(tmp_path, "burn_two", 2)
+    write(tmp_path, "burn_groups", 0, "{ count: 1 kind: KIND_CPU }, { count: 1 kind: KIND_MODEL }")
     with Server(tmp_path, http_port=0) as server:
         yield server.url
 
@@ -98,3 +100,18 @@ def test_a_crashing_stub_fails_only_its_request_and_is_restarted(url: str) -> No
     status, body = infer(url, "burn_one", 0.0, rows=0)  # waits for the restarted stub
     assert status == 200
     assert output(body, "PID") != before
+
+
+def test_several_instance_groups_each_give_instances(url: str) -> None:
+    pids: set[int] = set()
+    best = 0.0
+    for _ in range(5):
+        one = _elapsed(url, "burn_groups", 1)
+        two = _elapsed(url, "burn_groups", 2)
+        best = max(best, 2 * one / two)
+        results = concurrently([lambda: infer(url, "burn_groups", 0.05, rows=0)] * 2)
+        pids.update(output(body, "PID") for _, body in results)
+        if best >= 1.4 and len(pids) == 2:
+            break
+    assert len(pids) == 2, "two groups of one instance should be two stub processes"
+    assert best >= 1.4, f"the two groups' instances ran only {best:.2f}x as fast as one"
