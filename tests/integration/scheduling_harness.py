@@ -25,6 +25,8 @@ from tests.integration.capture_golden import Case, send
 from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, copy_repository
 from workbench.server.hosting import Server
 
+#: Models that share code link to one ``model.py`` (the queue models to ``priority_levels``,
+#: ``seq_oldest`` to ``seq_direct``); ``copy_repository`` turns the links into files.
 SCHEDULING_REPO = REPO_ROOT / "tests" / "assets" / "scheduling_repo"
 #: loaded at start; the ``bad_ens_*`` models are loaded by the tests (their loads fail)
 MODELS = (

@@ -14,7 +14,6 @@ Configuration mistakes raise ``ConfigError`` with Triton's load-time messages.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelSequenceBatching
 
-from workbench._types import Tensor
+from workbench._types import Tensor, split_bytes
 from workbench.config.dtypes import config_to_wire, numpy_dtype
 from workbench.core.request import InferRequest
 from workbench.errors import ConfigError, InvalidArgumentError
@@ -219,7 +218,7 @@ def _initial_values(
         )
     data = (model_path / "initial_state" / initial.data_file).read_bytes()
     if wire == "BYTES":
-        return np.array(list(_split_strings(data)), dtype=object).reshape(dims)
+        return np.array(split_bytes(data), dtype=object).reshape(dims)
     size = int(np.prod(dims)) * numpy_dtype(wire).itemsize
     if size > len(data):
         # Triton's text, including its missing space before "only".
@@ -254,12 +253,3 @@ def _initial_problems(state: ModelSequenceBatching.State) -> Iterator[str]:
                 f"'initial_state' dim for input name '{name}' doesn't match 'state' dim "
                 f"description. {have} != {want}"
             )
-
-
-def _split_strings(data: bytes) -> Iterator[bytes]:
-    """Triton's serialized strings: a little-endian uint32 length before each element."""
-    offset = 0
-    while offset + 4 <= len(data):
-        (length,) = struct.unpack_from("<I", data, offset)
-        yield data[offset + 4 : offset + 4 + length]
-        offset += 4 + length

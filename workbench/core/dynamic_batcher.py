@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -194,6 +193,3 @@ class DynamicBatcher:
                 await self._dispatcher
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
-
-    def __iter__(self) -> Iterator[Pending]:
-        return self.queues.in_order()

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,8 @@ from workbench import config as cfg
 from workbench._types import Parameters, StrPath, Tensor
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
-from workbench.core.model import BackendModel, model_metadata
-from workbench.core.rate_limiter import RateLimiter
+from workbench.core.model import BackendModel, model_metadata, one_response
+from workbench.core.rate_limiter import RATE_LIMIT_MODES, RateLimiter
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache
 from workbench.errors import (
@@ -137,7 +137,7 @@ class InferenceCore:
 
     def _rate_limiter(self) -> RateLimiter | None:
         mode = self.options.rate_limit
-        if mode not in ("off", "execution_count"):
+        if mode not in RATE_LIMIT_MODES:
             raise InvalidArgumentError(
                 f"unknown rate limit mode '{mode}'; expected 'off' or 'execution_count'"
             )
@@ -281,7 +281,7 @@ class InferenceCore:
         model = self.models.get(request.model_name, request.model_version)
         if isinstance(model, BackendModel):
             return model.infer_stream(request)
-        return _single_response(model.infer(request))
+        return one_response(model.infer(request))
 
     # -- statistics ----------------------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
@@ -379,12 +379,6 @@ def load_error(name: str, error: WorkbenchError) -> WorkbenchError:
     if isinstance(error, ConfigError):
         return InternalError(f"failed to load '{name}', failed to poll from model repository")
     return InvalidArgumentError(f"load failed for model '{name}': {error}\n")
-
-
-async def _single_response(
-    response: Coroutine[Any, Any, InferResponse],
-) -> AsyncIterator[InferResponse]:
-    yield await response
 
 
 class CoreClient:

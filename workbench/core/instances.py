@@ -3,8 +3,9 @@
 This is the one module that owns threads for model execution. Each instance gets its own
 single-thread worker, so an instance never runs two batches at once (as in Triton) and
 ``count: N`` means N batches in flight. Backends that release the GIL (onnxruntime, torch)
-run truly in parallel on these threads; a python-backend instance lives in its own stub
-process, and its worker thread only waits for that process.
+run truly in parallel on these threads. A python-backend instance lives in its own stub
+process, which the core drives from the loop (``execute_async``); its thread only serves
+decoupled models and a stub being restarted.
 
 Schedulers reserve an instance with ``acquire`` (any idle one, or a given one for sequence
 slots), run a batch on it with ``run_on``, and give it back with ``release``.
@@ -141,18 +142,6 @@ class InstancePool:
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(worker.executor, job, worker.instance)
 
-    async def run_on(self, worker: Worker, job: Callable[[ModelInstance], T]) -> T:
-        """Run ``job`` with the worker's instance on the worker's thread (no release)."""
-        return await self.start(worker, job)
-
-    async def run(self, job: Callable[[ModelInstance], T], index: int | None = None) -> T:
-        """Acquire an instance, run ``job`` on it and release it."""
-        worker = await self.acquire(index)
-        try:
-            return await self.run_on(worker, job)
-        finally:
-            self.release(worker)
-
     async def close(self) -> None:
         """Finalize every created instance, then stop the workers.
 
@@ -167,9 +156,6 @@ class InstancePool:
                     pass
                 worker.instance = None
             worker.executor.shutdown(wait=False)
-        if self._limiter is not None:
-            for worker in self._workers:
-                self._limiter.unregister(worker.resources)
         for _, future in self._waiters:
             future.cancel()
         self._waiters.clear()

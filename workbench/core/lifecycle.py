@@ -248,9 +248,10 @@ class ModelManager:
             self._require_composing(config)
             return EnsembleModel(config, version, self.get)
         backend = get_backend(backend_for(config))
+        instances = self._instances(config, path, version)
         pool = InstancePool(
-            self._contexts(config, path, version),
-            resources=self._resources(config),
+            [context for context, _ in instances],
+            resources=[needs for _, needs in instances],
             limiter=self.options.rate_limiter,
         )
         await pool.create(backend)
@@ -280,36 +281,29 @@ class ModelManager:
         if problems:
             raise InvalidArgumentError("; ".join(problems))
 
-    @staticmethod
-    def _resources(config: ModelConfig) -> list[Resources]:
-        """What each instance needs from the rate limiter, in ``_contexts`` order."""
-        needs = []
-        for group in config.instance_group:
-            gpu = group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
-            devices = (len(group.gpus) or 1) if gpu else 1
-            needs.extend([Resources.of_group(group)] * (devices * max(group.count, 1)))
-        return needs
-
-    def _contexts(self, config: ModelConfig, path: Path, version: int) -> list[InstanceContext]:
-        """One context per instance: ``count`` per group, and per listed GPU for KIND_GPU."""
-        contexts = []
+    def _instances(
+        self, config: ModelConfig, path: Path, version: int
+    ) -> list[tuple[InstanceContext, Resources]]:
+        """Each instance's context and rate-limiter needs: ``count`` per group, and per listed
+        GPU for KIND_GPU."""
+        instances = []
         for group_index, group in enumerate(config.instance_group):
+            needs = Resources.of_group(group)
             group_name = group.name or f"{config.name}_{group_index}"
             kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
             devices = (list(group.gpus) or [0]) if kind == "KIND_GPU" else [0]
             slots = [(device, i) for device in devices for i in range(max(group.count, 1))]
             for number, (device, _) in enumerate(slots):
-                contexts.append(
-                    InstanceContext(
-                        model_name=config.name,
-                        model_version=version,
-                        config=config,
-                        model_path=path,
-                        version_path=path / str(version),
-                        instance_name=f"{group_name}_{number}",
-                        kind=kind,
-                        device_id=device,
-                        client=self._client(),
-                    )
+                context = InstanceContext(
+                    model_name=config.name,
+                    model_version=version,
+                    config=config,
+                    model_path=path,
+                    version_path=path / str(version),
+                    instance_name=f"{group_name}_{number}",
+                    kind=kind,
+                    device_id=device,
+                    client=self._client(),
                 )
-        return contexts
+                instances.append((context, needs))
+        return instances

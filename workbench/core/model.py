@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
+from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecResult, ModelInstance
 from workbench.config.dtypes import config_to_wire
 from workbench.core.checks import RequestChecker, reshape_inputs, reshape_outputs
@@ -86,8 +87,9 @@ class BackendModel:
     """A version served by a backend: checks requests, schedules them on its instances.
 
     It is the schedulers' ``Executor``: they reserve an instance (``acquire``) and hand it a
-    batch (``execute``); the batch runs on the instance's worker thread and completes back on
-    the loop, where every request's future is settled and the statistics recorded.
+    batch (``execute``); the batch runs on the instance's worker thread, or is awaited on the
+    loop for instances that offer ``execute_async`` (stub processes), and completes on the
+    loop, where every request's future is settled and the statistics recorded.
     """
 
     def __init__(
@@ -155,7 +157,7 @@ class BackendModel:
         raise from the iterator. For a model that is not decoupled this is its one response.
         """
         if not self.decoupled:
-            return _single(self.infer(request))
+            return one_response(self.infer(request))
         rows = self._checker.check(request)
         return self._stream(request, rows)
 
@@ -207,13 +209,9 @@ class BackendModel:
     async def run_on_instance(self, index: int, requests: list[InferRequest]) -> list[ExecResult]:
         """Run ``requests`` as one execution on instance ``index``, bypassing the scheduler
         (model warmup; Triton counts warmup executions in the statistics, so do we)."""
-        worker = await self.pool.acquire(index)
-        try:
-            batch = [self._pending(r, 1, RequestTimes()) for r in requests]
-            results = await self.pool.run_on(worker, lambda instance: self._run(instance, batch))
-        finally:
-            self.pool.release(worker)
-        self.stats.record_execution(len(batch), batch[0].times)
+        batch = [self._pending(r, 1, RequestTimes()) for r in requests]
+        await self.execute(await self.pool.acquire(index), batch)
+        results = [pending.future.result() for pending in batch]
         for pending, result in zip(batch, results, strict=True):
             if result.error is None:
                 self.stats.record_success(pending.batch_size, pending.times)
@@ -252,11 +250,7 @@ class BackendModel:
     def _settle(self, batch: list[Pending], job: asyncio.Future[list[ExecResult]]) -> None:
         """Give each request its result and record the execution (on the loop)."""
         error = job.exception()
-        if error is not None:
-            failure = error if isinstance(error, WorkbenchError) else InternalError(str(error))
-            results = [ExecResult(error=failure) for _ in batch]
-        else:
-            results = job.result()
+        results = job.result() if error is None else _failed(batch, error)
         rows = sum(p.batch_size for p in batch)
         self.stats.record_execution(rows, batch[0].times)
         for pending, result in zip(batch, results, strict=True):
@@ -304,7 +298,9 @@ class BackendModel:
         await self.pool.close()
 
 
-async def _single(response: Coroutine[Any, Any, InferResponse]) -> AsyncIterator[InferResponse]:
+async def one_response(
+    response: Coroutine[Any, Any, InferResponse],
+) -> AsyncIterator[InferResponse]:
     yield await response
 
 
@@ -338,11 +334,11 @@ class _Phases:
         return results
 
 
-def _failed(requests: list[InferRequest], exc: Exception) -> list[ExecResult]:
-    """One failed result per request: a library error as it is, anything else internal."""
-    if not isinstance(exc, WorkbenchError):
-        exc = InternalError(f"{type(exc).__name__}: {exc}")
-    return [ExecResult(error=exc) for _ in requests]
+def _failed(items: Sequence[object], error: BaseException) -> list[ExecResult]:
+    """One failed result per item: a library error as it is, anything else internal."""
+    if not isinstance(error, WorkbenchError):
+        error = InternalError(f"{type(error).__name__}: {error}")
+    return fail_all(len(items), error)
 
 
 class _ResponseStream:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
 
+#: ``--rate-limit`` values
+RATE_LIMIT_MODES = ("off", "execution_count")
+
 
 @dataclass(frozen=True, slots=True)
 class Resources:
@@ -52,12 +55,6 @@ class RateLimiter:
             grown = max(self._capacity.get(name, 0), count)
             self._free[name] = self._free.get(name, 0) + grown - self._capacity.get(name, 0)
             self._capacity[name] = grown
-
-    def unregister(self, needs: Resources) -> None:
-        """Capacities only grow while the server runs (an unloaded model may come back)."""
-
-    def free(self, name: str) -> int:
-        return self._free.get(name, 0)
 
     def _fits(self, needs: Resources) -> bool:
         return all(self._free.get(name, 0) >= count for name, count in needs.amounts)

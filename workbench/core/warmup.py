@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelWarmup
 
-from workbench._types import Tensor
+from workbench._types import Tensor, split_bytes
 from workbench.backends.base import ExecResult
 from workbench.config.dtypes import ELEMENT_SIZE, config_to_wire, numpy_dtype
 from workbench.core.request import InferRequest
@@ -205,23 +205,14 @@ def _from_bytes(raw: bytes, datatype: str, shape: list[int]) -> np.ndarray:
 
 
 def _decode_bytes(data: bytes, count: int, file_name: str) -> np.ndarray:
-    """``count`` elements, each a little-endian uint32 length followed by that many bytes."""
-    elements: list[bytes] = []
-    offset = 0
-    while len(elements) < count:
-        if offset + 4 > len(data):
-            raise InvalidArgumentError(
-                f"{_NO_ID}warmup setting expects {count} BYTES elements, but the data provided "
-                f"from {file_name} only has {len(elements)}"
-            )
-        size = int.from_bytes(data[offset : offset + 4], "little")
-        element = data[offset + 4 : offset + 4 + size]
-        if len(element) != size:
-            raise InvalidArgumentError(
-                f"{_NO_ID}warmup data from {file_name} ends inside element {len(elements)}"
-            )
-        elements.append(element)
-        offset += 4 + size
+    """``count`` serialised BYTES elements from a warmup data file."""
+    try:
+        elements = split_bytes(data, count)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"{_NO_ID}warmup setting expects {count} BYTES elements, but the data provided "
+            f"from {file_name} {exc}"
+        ) from None
     array = np.empty(count, dtype=object)
     array[:] = elements
     return array

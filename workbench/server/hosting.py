@@ -21,12 +21,12 @@ import uvicorn
 
 from workbench._types import StrPath
 from workbench.core import CoreOptions, InferenceCore
+from workbench.core.rate_limiter import RATE_LIMIT_MODES
 from workbench.errors import InvalidArgumentError, UnavailableError, WorkbenchError
 from workbench.server.http import create_app
 
 log = logging.getLogger("workbench.server")
 #: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
-RATE_LIMIT_MODES = ("off", "execution_count")
 #: Triton's ``--http-max-input-size`` default.
 DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from workbench._types import serialize_bytes, split_bytes
 from workbench.backends.python._dlpack import array_from_dlpack, array_to_dlpack
 from workbench.backends.python._metrics import Logger, LogLevel, Metric, MetricFamily, MetricKind
 from workbench.backends.python._model_config import ModelConfig
@@ -102,23 +102,12 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
         return ()
     if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
         return None
-    chunks = []
-    for item in input_tensor.reshape(-1):
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        chunks.append(struct.pack("<I", len(data)))
-        chunks.append(data)
-    return b"".join(chunks)
+    return serialize_bytes(input_tensor)
 
 
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     """The inverse of ``serialize_byte_tensor``: a 1-D object array of ``bytes``."""
-    items = []
-    offset = 0
-    while offset < len(encoded_tensor):
-        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
-        offset += 4
-        items.append(bytes(encoded_tensor[offset : offset + length]))
-        offset += length
+    items = split_bytes(encoded_tensor)
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from workbench._types import as_bytes, serialize_bytes
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import InvalidArgumentError
 
@@ -71,25 +72,6 @@ def deserialize_bytes(
     array = np.empty(count, dtype=np.object_)
     array[:] = items
     return array.reshape(shape)
-
-
-def as_bytes(item: object) -> bytes:
-    """One BYTES element as ``bytes`` (models may hand back ``str`` or numpy scalars)."""
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    return str(item).encode("utf-8")
-
-
-def serialize_bytes(array: np.ndarray) -> bytes:
-    """Object (or ``S``/``U``) array -> length-prefixed element bytes."""
-    parts: list[bytes] = []
-    for item in array.reshape(-1):
-        data = as_bytes(item)
-        parts.append(len(data).to_bytes(_LENGTH, "little"))
-        parts.append(data)
-    return b"".join(parts)
 
 
 def tensor_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
