@@ -127,14 +127,25 @@ def parse_perf_csv(text: str) -> tuple[float, float]:
 
 
 def measure(
-    peers: Peers, url: str, model: str, concurrency: int, settings: PerfSettings
+    peers: Peers,
+    url: str,
+    model: str,
+    concurrency: int,
+    settings: PerfSettings,
+    protocol: str = "http",
+    stats_url: str | None = None,
 ) -> Measurement:
-    """perf_analyzer at ``concurrency``; retried with looser stability criteria while unstable."""
-    measurement = _measure_counted(peers, url, model, concurrency, settings, STRICT_STABILITY)
+    """perf_analyzer at ``concurrency``; retried with looser stability criteria while unstable.
+
+    ``protocol``: perf_analyzer's ``-i`` (``url`` is then that endpoint's); ``stats_url``: the
+    HTTP ``host:port`` the statistics are read from (``url`` when None).
+    """
+    run = (peers, url, model, concurrency, settings)
+    measurement = _measure_counted(*run, STRICT_STABILITY, protocol, stats_url)
     for stability_pct in settings.retry_stability:
         if not (measurement.error and "stable measurement" in measurement.error):
             break
-        measurement = _measure_counted(peers, url, model, concurrency, settings, stability_pct)
+        measurement = _measure_counted(*run, stability_pct, protocol, stats_url)
     return measurement
 
 
@@ -145,11 +156,13 @@ def _measure_counted(
     concurrency: int,
     settings: PerfSettings,
     stability_pct: int,
+    protocol: str = "http",
+    stats_url: str | None = None,
 ) -> Measurement:
     """One perf_analyzer run, with the model's execution counters read around it."""
-    before = ModelCounters.read(url, model)
-    measurement = _measure_once(peers, url, model, concurrency, settings, stability_pct)
-    after = ModelCounters.read(url, model)
+    before = ModelCounters.read(stats_url or url, model)
+    measurement = _measure_once(peers, url, model, concurrency, settings, stability_pct, protocol)
+    after = ModelCounters.read(stats_url or url, model)
     # A failed run has no numbers of its own: its counters would describe nothing in the table.
     if measurement.error is None and before is not None and after is not None:
         delta = after.minus(before)
@@ -167,6 +180,7 @@ def _measure_once(
     concurrency: int,
     settings: PerfSettings,
     stability_pct: int,
+    protocol: str = "http",
 ) -> Measurement:
     """Run perf_analyzer once; a failure is recorded, not raised."""
     with tempfile.TemporaryDirectory(prefix="perf-") as folder:
@@ -180,7 +194,7 @@ def _measure_once(
         rc, output = run_perf_analyzer(
             model,
             url,
-            protocol="http",
+            protocol=protocol,
             concurrency=concurrency,
             measurement_ms=settings.measurement_ms,
             extra_args=extra,
@@ -230,11 +244,17 @@ class ModelCounters:
 
 
 def measure_series(
-    peers: Peers, series: Series, url: str, concurrencies: Sequence[int], settings: PerfSettings
+    peers: Peers,
+    series: Series,
+    url: str,
+    concurrencies: Sequence[int],
+    settings: PerfSettings,
+    protocol: str = "http",
+    stats_url: str | None = None,
 ) -> None:
     """Measure ``series.model`` at every concurrency, printing each point as it lands."""
     for concurrency in concurrencies:
-        measurement = measure(peers, url, series.model, concurrency, settings)
+        measurement = measure(peers, url, series.model, concurrency, settings, protocol, stats_url)
         print(f"  {series.server} {series.model} c={concurrency}: {describe(measurement)}")
         sys.stdout.flush()
         series.measurements.append(measurement)
@@ -272,6 +292,7 @@ class WorkbenchServerProcess:
         self.load_models = tuple(load_models)
         self.startup_timeout_s = startup_timeout_s
         self.http_port = free_port()
+        self.grpc_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
 
@@ -279,11 +300,17 @@ class WorkbenchServerProcess:
     def http_url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
     def command(self) -> list[str]:
         command = [
             sys.executable, "-m", "workbench", "serve",
             "--model-repository", str(self.repository),
             "--http-port", str(self.http_port), "--http-address", "127.0.0.1",
+            "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
+            "--allow-metrics", "false",
             "--model-control-mode", "explicit", "--exit-timeout-secs", "5",
         ]  # fmt: skip
         for name in self.load_models:

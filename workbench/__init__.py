@@ -23,9 +23,16 @@ from workbench.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from workbench.bench import SweepResult
+    from workbench.notebook import ConfigEditor, Workbench
     from workbench.server.hosting import Server
 
-_LAZY = {"Server": "workbench.server.hosting"}
+_LAZY = {
+    "ConfigEditor": "workbench.notebook",
+    "Server": "workbench.server.hosting",
+    "SweepResult": "workbench.bench",
+    "Workbench": "workbench.notebook",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -38,14 +45,17 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AlreadyExistsError",
+    "ConfigEditor",
     "ConfigError",
     "InternalError",
     "InvalidArgumentError",
     "MissingDependencyError",
     "NotFoundError",
     "Server",
+    "SweepResult",
     "UnavailableError",
     "UnsupportedError",
+    "Workbench",
     "WorkbenchError",
     "__version__",
 ]

@@ -88,6 +88,11 @@ def test_request_errors_name_model_and_tensor(repo: Path) -> None:
         cases = [
             (InferRequest(model_name="add"), "missing required input"),
             (
+                # the count matches, so Triton names the stranger rather than the missing one
+                InferRequest(model_name="add", inputs={"IN": Tensor("IN", "FP32", ones())}),
+                "unexpected inference input 'IN' for model 'add'",
+            ),
+            (
                 InferRequest(model_name="add", inputs={"INPUT0": int_input}),
                 "data-type is 'INT32', but model 'add' expects 'FP32'",
             ),

@@ -76,6 +76,13 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     """The workbench's embedded server on the same repository and mode as ``real_triton``."""
     workdir = tmp_path_factory.mktemp("embedded")
     repository = copy_repository(CONFORMANCE_REPO, workdir / "conformance_repo")
-    server = Server(repository, http_port=0, model_control_mode="explicit", load_model=["*"])
+    server = Server(
+        repository,
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        model_control_mode="explicit",
+        load_model=["*"],
+    )
     with server:
         yield server

@@ -71,7 +71,14 @@ def _start_embedded(repository: Path) -> Server:
     options: dict[str, Any] = {}
     if "cache_size" in inspect.signature(Server).parameters:
         options["cache_size"] = CACHE_BYTES
-    server = Server(repository, http_port=0, model_control_mode="explicit", **options)
+    server = Server(
+        repository,
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        model_control_mode="explicit",
+        **options,
+    )
     server.start()
     for name in MODELS:
         post(server.http_port, f"/v2/repository/models/{name}/load")
@@ -164,7 +171,21 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def with_stats(port: int, models: tuple[str, ...], run: Callable[[], T]) -> tuple[T, Any]:
     before = {model: _counts(port, model) for model in models}
     result = run()
-    return result, {model: _delta(before[model], _counts(port, model)) for model in models}
+    after = _settled_counts(port, models)
+    return result, {model: _delta(before[model], after[model]) for model in models}
+
+
+def _settled_counts(port: int, models: tuple[str, ...]) -> dict[str, Any]:
+    """Counts once two reads 50 ms apart agree: Triton may count a request just after its
+    response left (seen with a failing ensemble step on a busy machine)."""
+    counts = {model: _counts(port, model) for model in models}
+    for _ in range(40):
+        time.sleep(0.05)
+        again = {model: _counts(port, model) for model in models}
+        if again == counts:
+            break
+        counts = again
+    return counts
 
 
 def staggered(calls: list[tuple[float, Callable[[], T]]]) -> list[T]:

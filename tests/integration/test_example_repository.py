@@ -20,7 +20,7 @@ EXAMPLES = REPO_ROOT / "model_repository"
 def example_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("examples") / "model_repository"
     shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__", "*.py[co]"))
-    with Server(repo, http_port=0) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
         yield server
 
 

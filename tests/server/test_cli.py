@@ -17,7 +17,13 @@ import requests
 
 from tests.core.conftest import write_add_model
 from workbench.errors import InvalidArgumentError
-from workbench.server.cli import build_parser, cache_size, main, rate_limit_resources
+from workbench.server.cli import (
+    build_parser,
+    cache_size,
+    main,
+    rate_limit_resources,
+    server_from_args,
+)
 from workbench.server.hosting import Server
 
 pytestmark = pytest.mark.integration
@@ -125,6 +131,8 @@ def test_server_keywords_fill_core_options(tmp_path: Path) -> None:
     server = Server(
         tmp_path,
         http_port=0,
+        grpc_port=0,
+        metrics_port=0,
         cache_size=1 << 20,
         rate_limit="EXECUTION_COUNT",
         rate_limit_resources={"R1": 2},
@@ -132,7 +140,7 @@ def test_server_keywords_fill_core_options(tmp_path: Path) -> None:
     core = server.options.core
     assert core.cache_size == 1 << 20 and core.rate_limit == "execution_count"
     assert dict(core.rate_limit_resources) == {"R1": 2}
-    defaults = Server(tmp_path, http_port=0).options.core
+    defaults = Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0).options.core
     assert (defaults.cache_size, defaults.rate_limit, dict(defaults.rate_limit_resources)) == (
         0,
         "off",
@@ -145,7 +153,7 @@ def test_server_keywords_fill_core_options(tmp_path: Path) -> None:
         {"rate_limit_resources": {"": 1}},
     ):
         with pytest.raises(InvalidArgumentError):
-            Server(tmp_path, http_port=0, **bad)  # type: ignore[arg-type]
+            Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0, **bad)  # type: ignore[arg-type]
 
 
 def _start(repo: Path) -> tuple[subprocess.Popen[str], str]:
@@ -156,6 +164,8 @@ def _start(repo: Path) -> tuple[subprocess.Popen[str], str]:
         "serve",
         f"--model-repository={repo}",
         "--http-port=0",
+        "--grpc-port=0",
+        "--metrics-port=0",
         "--http-address=127.0.0.1",
         "--exit-timeout-secs=10",
     ]
@@ -202,3 +212,33 @@ def test_serve_then_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
             process.wait(10)
         assert process.stderr is not None
         process.stderr.close()
+
+
+def test_grpc_and_metrics_flags_reach_the_server(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            f"--model-repository={tmp_path}",
+            "--http-address=127.0.0.1",
+            "--grpc-port=9101",
+            "--grpc-infer-response-compression-level=high",
+            "--grpc-max-message-size=1048576",
+            "--metrics-port=9102",
+            "--metrics-interval-ms=500",
+            "--allow-gpu-metrics=false",
+            "--metrics-config=summary_latencies=true",
+        ]
+    )
+    options = server_from_args(args).options
+    assert options.grpc is not None and options.metrics is not None
+    assert (options.grpc.port, options.grpc.address) == (9101, "0.0.0.0")  # Triton's default
+    assert (options.grpc.infer_compression, options.grpc.max_message_bytes) == ("high", 1 << 20)
+    # --metrics-address defaults to --http-address, as in tritonserver
+    assert (options.metrics.port, options.metrics.address) == (9102, "127.0.0.1")
+    assert (options.metrics.interval_ms, options.metrics.allow_gpu) == (500, False)
+    assert options.metrics.allow_cpu and options.metrics.config["summary_latencies"] == "true"
+    off = build_parser().parse_args(
+        ["serve", f"--model-repository={tmp_path}", "--allow-grpc=false", "--allow-metrics=0"]
+    )
+    assert server_from_args(off).options.grpc is None
+    assert server_from_args(off).options.metrics is None

@@ -278,7 +278,7 @@ def stats(url: str, model: str) -> dict[str, Any]:
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("ensembles") / "repo"
     write_repository(root)
-    with Server(root, http_port=0, strict_readiness=False) as server:
+    with Server(root, http_port=0, grpc_port=0, metrics_port=0, strict_readiness=False) as server:
         yield server.url
 
 

@@ -509,7 +509,7 @@ def test_decoupled_python_model_end_to_end(tmp_path: Path) -> None:
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(DECOUPLED_CONFIG)
     (model / "1" / "model.py").write_text(DECOUPLED_MODEL)
-    with Server(tmp_path / "repo", http_port=0) as server:
+    with Server(tmp_path / "repo", http_port=0, grpc_port=0, metrics_port=0) as server:
         url = f"{server.url}/v2/models/streamer"
         body = {"text_input": "one two three four", "parameters": {"stream": True}}
         reply = requests.post(f"{url}/generate_stream", json=body, timeout=30)

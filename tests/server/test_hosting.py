@@ -23,7 +23,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_background_server_serves_and_stops(repo: Path) -> None:
-    server = Server(repo, http_port=0)
+    server = Server(repo, http_port=0, grpc_port=0, metrics_port=0)
     with server:
         assert server.http_port > 0 and server.url == f"http://127.0.0.1:{server.http_port}"
         assert requests.get(f"{server.url}/v2/health/ready", timeout=5).status_code == 200
@@ -54,13 +54,13 @@ def test_port_in_use_is_raised_in_the_caller(repo: Path) -> None:
 
 def test_bad_repository_is_raised_in_the_caller(tmp_path: Path) -> None:
     with pytest.raises(WorkbenchError, match="does-not-exist"):
-        Server(tmp_path / "does-not-exist", http_port=0).start()
+        Server(tmp_path / "does-not-exist", http_port=0, grpc_port=0, metrics_port=0).start()
 
 
 def test_tritonclient_http_unchanged(repo: Path) -> None:
     import tritonclient.http as httpclient
 
-    with Server(repo, http_port=0) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
         client = httpclient.InferenceServerClient(server.http_address)
         try:
             assert client.is_server_live() and client.is_model_ready("add")
@@ -72,3 +72,59 @@ def test_tritonclient_http_unchanged(repo: Path) -> None:
             assert stats["inference_count"] == 2
         finally:
             client.close()
+
+
+def test_grpc_and_metrics_endpoints_serve_beside_http(repo: Path) -> None:
+    import tritonclient.grpc as grpcclient
+
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
+        assert server.grpc_port > 0 and server.grpc_url == f"127.0.0.1:{server.grpc_port}"
+        assert server.metrics_url == f"http://127.0.0.1:{server.metrics_port}/metrics"
+        assert len({server.http_port, server.grpc_port, server.metrics_port}) == 3
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            assert client.is_server_live() and client.is_model_ready("add")
+            tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.arange(4, dtype=np.float32).reshape(1, 4))
+            result = client.infer("add", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [[1, 2, 3, 4]])
+        finally:
+            client.close()
+        text = requests.get(server.metrics_url, timeout=5).text
+        assert 'nv_inference_request_success{model="add",version="1"} 1' in text
+    for port in (server.grpc_port, server.metrics_port):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_grpc_and_metrics_can_be_turned_off(repo: Path) -> None:
+    with Server(repo, http_port=0, allow_grpc=False, allow_metrics=False) as server:
+        assert (server.grpc_port, server.metrics_port) == (0, 0)
+        assert requests.get(f"{server.url}/v2/health/ready", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("busy", ["grpc_port", "metrics_port"])
+def test_a_busy_grpc_or_metrics_port_fails_start_and_frees_the_http_port(
+    repo: Path, busy: str
+) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    http_port = probe.getsockname()[1]
+    probe.close()
+    try:
+        port = holder.getsockname()[1]
+        ports = {"http_port": http_port, "grpc_port": 0, "metrics_port": 0, busy: port}
+        server = Server(repo, **ports)
+        with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}"):
+            server.start()
+        assert not server.running
+    finally:
+        holder.close()
+    again = socket.socket()  # the failed start released its HTTP socket
+    try:
+        again.bind(("127.0.0.1", http_port))
+    finally:
+        again.close()

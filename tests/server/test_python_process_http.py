@@ -62,7 +62,7 @@ def url(tmp_path: Path) -> Iterator[str]:
     write(tmp_path, "burn_one", 1)
     write(tmp_path, "burn_two", 2)
     write(tmp_path, "burn_groups", 0, "{ count: 1 kind: KIND_CPU }, { count: 1 kind: KIND_MODEL }")
-    with Server(tmp_path, http_port=0) as server:
+    with Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0) as server:
         yield server.url
 
 

@@ -130,7 +130,9 @@ def serve(tmp_path: Path) -> Iterator[Any]:
     servers: list[Server] = []
 
     def start(**kwargs: Any) -> str:
-        server = Server(tmp_path / "repo", http_port=0, **kwargs).start()
+        server = Server(
+            tmp_path / "repo", http_port=0, grpc_port=0, metrics_port=0, **kwargs
+        ).start()
         servers.append(server)
         return server.url
 

@@ -105,7 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         config = CONFIG.format(**{"name": name, "idle_us": IDLE_US, **fields})
         (root / name / "config.pbtxt").write_text(config)
         (root / name / "1" / "model.py").write_text(textwrap.dedent(MODEL))
-    with Server(root, http_port=0) as running:
+    with Server(root, http_port=0, grpc_port=0, metrics_port=0) as running:
         yield running
 
 
@@ -237,7 +237,7 @@ def test_statistics_count_real_requests_only(tmp_path: Path) -> None:
     config = CONFIG.format(name="acc_direct", idle_us=IDLE_US, **MODELS["acc_direct"])
     (root / "acc_direct" / "config.pbtxt").write_text(config)
     (root / "acc_direct" / "1" / "model.py").write_text(textwrap.dedent(MODEL))
-    with Server(root, http_port=0) as running:
+    with Server(root, http_port=0, grpc_port=0, metrics_port=0) as running:
         run_sequence(running, "acc_direct", 1, [1])  # slot 0, ended
         outputs(infer(running, "acc_direct", 1, sequence_id=2, sequence_start=True))  # slot 0
         outputs(infer(running, "acc_direct", 1, sequence_id=3, sequence_start=True))  # slot 1
@@ -306,7 +306,7 @@ def _accumulate(url: str, value: float, **parameters: Any) -> Any:
 def test_implicit_state_is_carried_between_requests_of_an_onnx_sequence(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     _write_onnx_accumulator(tmp_path)
-    with Server(tmp_path, http_port=0) as server:
+    with Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0) as server:
         sums = []
         for index, value in enumerate([5.0, 6.0, 7.0]):
             flags = {"sequence_start": index == 0, "sequence_end": index == 2}

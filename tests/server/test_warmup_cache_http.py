@@ -119,7 +119,9 @@ def repo(tmp_path: Path) -> Path:
 def test_model_is_not_ready_until_its_warmup_finishes(repo: Path) -> None:
     warmup = WARMUP.format(sample="slow", batch_size=1, count=1)
     log = write_model(repo, "slow", extra=warmup, sleep=0.5)
-    with Server(repo, http_port=0, model_control_mode="explicit") as server:
+    with Server(
+        repo, http_port=0, grpc_port=0, metrics_port=0, model_control_mode="explicit"
+    ) as server:
         replies: list[requests.Response] = []
         loader = threading.Thread(
             target=lambda: replies.append(
@@ -147,7 +149,7 @@ def test_model_is_not_ready_until_its_warmup_finishes(repo: Path) -> None:
 def test_warmup_runs_count_times_on_every_instance(repo: Path) -> None:
     warmup = WARMUP.format(sample="w", batch_size=2, count=3)
     log = write_model(repo, "warm", count=2, extra=warmup)
-    with Server(repo, http_port=0) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
         assert requests.get(f"{server.url}/v2/models/warm/ready", timeout=10).status_code == 200
         lines = executions(log)
         # batch_size requests in one execution, count times, on each of the two instances
@@ -160,7 +162,7 @@ def test_warmup_counts_in_statistics_as_in_triton(repo: Path) -> None:
     # (2 instances x count 3 x batch_size 2 -> inference_count 12, execution_count 6).
     warmup = WARMUP.format(sample="w", batch_size=2, count=3)
     write_model(repo, "warm", count=2, extra=warmup)
-    with Server(repo, http_port=0) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
         entry = stats(server, "warm")
         assert (entry["inference_count"], entry["execution_count"]) == (12, 6)
         assert entry["inference_stats"]["success"]["count"] == 12
@@ -171,7 +173,7 @@ def test_failing_warmup_leaves_the_model_unavailable_with_the_reason(repo: Path)
     warmup = WARMUP.format(sample="bad", batch_size=2, count=1)
     write_model(repo, "bad", extra=warmup, fail=True)
     write_model(repo, "good")
-    with Server(repo, http_port=0, strict_readiness=False) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0, strict_readiness=False) as server:
         assert requests.get(f"{server.url}/v2/models/bad/ready", timeout=10).status_code == 400
         assert requests.get(f"{server.url}/v2/models/good/ready", timeout=10).status_code == 200
         entry = index_entry(server, "bad")
@@ -188,7 +190,7 @@ CACHED = "response_cache { enable: true }"
 
 def test_identical_requests_hit_the_cache(repo: Path) -> None:
     log = write_model(repo, "cached", extra=CACHED)
-    with Server(repo, http_port=0, cache_size=1 << 20) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0, cache_size=1 << 20) as server:
         assert infer(server, "cached", [1, 2, 3, 4]) == [2, 3, 4, 5]
         assert infer(server, "cached", [1, 2, 3, 4]) == [2, 3, 4, 5]
         assert len(executions(log)) == 1  # the second answer came from the cache
@@ -206,7 +208,7 @@ def test_identical_requests_hit_the_cache(repo: Path) -> None:
 
 def test_models_without_response_cache_are_never_cached(repo: Path) -> None:
     log = write_model(repo, "plain")
-    with Server(repo, http_port=0, cache_size=1 << 20) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0, cache_size=1 << 20) as server:
         for _ in range(2):
             assert infer(server, "plain", [1, 1, 1, 1]) == [2, 2, 2, 2]
         assert len(executions(log)) == 2
@@ -216,7 +218,7 @@ def test_models_without_response_cache_are_never_cached(repo: Path) -> None:
 
 def test_no_server_cache_means_no_caching(repo: Path) -> None:
     log = write_model(repo, "cached", extra=CACHED)
-    with Server(repo, http_port=0) as server:
+    with Server(repo, http_port=0, grpc_port=0, metrics_port=0) as server:
         for _ in range(2):
             assert infer(server, "cached", [1, 1, 1, 1]) == [2, 2, 2, 2]
         assert len(executions(log)) == 2

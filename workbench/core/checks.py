@@ -34,6 +34,10 @@ def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     )
 
 
+class _UnprefixedError(InvalidArgumentError):
+    """An input error Triton reports without the request id (an unknown input name)."""
+
+
 class RequestChecker:
     """Precomputed view of a config's I/O used to check each request quickly."""
 
@@ -57,30 +61,40 @@ class RequestChecker:
             batch = 0
             for tensor in request.inputs.values():
                 batch = self._check_tensor(tensor, batch)
+        except _UnprefixedError:
+            raise
         except InvalidArgumentError as exc:
-            # Triton prefixes input errors with the request id.
+            # Triton prefixes input errors with the request id (all but one).
             raise InvalidArgumentError(
                 f"[request id: {request.id or '<id_unknown>'}] {exc}"
             ) from None
         return max(batch, 1)
 
     def _check_names(self, request: InferRequest) -> None:
+        # Triton's order: the count first (more than the model has, or fewer than it needs),
+        # then each name, then what is still missing (possible with optional inputs).
+        count = len(request.inputs)
+        if count > len(self.inputs) or count < len(self.required):
+            raise self._count_error(request)
+        for name in request.inputs:
+            if name not in self.inputs:
+                raise _UnprefixedError(
+                    f"unexpected inference input '{name}' for model '{self.model}'"
+                )
+        if any(name not in request.inputs for name in self.required):
+            raise self._count_error(request)
+
+    def _count_error(self, request: InferRequest) -> InvalidArgumentError:
         missing = [name for name in self.required if name not in request.inputs]
-        unknown = [name for name in request.inputs if name not in self.inputs]
-        if missing or (unknown and len(request.inputs) != len(self.required)):
-            got = ",".join(f"'{n}'" for n in sorted(request.inputs))
-            # Triton 2.51 prints "missing required input(s) ]" when none is missing (its join
-            # drops the bracket); mirrored so that clients matching the text see the same.
-            want = "[" + ",".join(f"'{n}'" for n in missing) if missing else ""
-            raise InvalidArgumentError(
-                f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs "
-                f"for model '{self.model}'. Got input(s) [{got}], but missing required "
-                f"input(s) {want}]. Please provide all required input(s)."
-            )
-        if unknown:
-            raise InvalidArgumentError(
-                f"unexpected inference input '{unknown[0]}' for model '{self.model}'"
-            )
+        got = ",".join(f"'{n}'" for n in sorted(request.inputs))
+        # Triton 2.51 prints "missing required input(s) ]" when none is missing (its join
+        # drops the bracket); mirrored so that clients matching the text see the same.
+        want = "[" + ",".join(f"'{n}'" for n in missing) if missing else ""
+        return InvalidArgumentError(
+            f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs "
+            f"for model '{self.model}'. Got input(s) [{got}], but missing required "
+            f"input(s) {want}]. Please provide all required input(s)."
+        )
 
     def _check_tensor(self, tensor: Tensor, batch: int) -> int:
         spec = self.inputs[tensor.name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,9 @@ class ModelManager:
         self.options = options
         self._client = client
         self._records: dict[str, ModelRecord] = {}
+        #: called with each new version before it warms up (the metrics endpoint installs
+        #: its latency summaries on ``model.stats`` this way)
+        self.version_hooks: list[Callable[[ServingModel], None]] = []
 
     # -- lookups -------------------------------------------------------------------------------
     def record(self, name: str) -> ModelRecord | None:
@@ -233,6 +237,14 @@ class ModelManager:
 
     async def _build_one(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
         """Build a version; a backend model's failure says which version, as Triton does."""
+        started = time.monotonic_ns()
+        model = await self._build_reporting_version(config, path, version)
+        model.stats.load_ns = time.monotonic_ns() - started  # nv_model_load_duration_secs
+        return model
+
+    async def _build_reporting_version(
+        self, config: ModelConfig, path: Path, version: int
+    ) -> ServingModel:
         if cfg.is_ensemble(config):
             return await self._build_version(config, path, version)
         try:
@@ -246,7 +258,9 @@ class ModelManager:
     async def _build_version(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
         if cfg.is_ensemble(config):
             self._require_composing(config)
-            return EnsembleModel(config, version, self.get)
+            ensemble = EnsembleModel(config, version, self.get)
+            self._run_version_hooks(ensemble)
+            return ensemble
         backend = get_backend(backend_for(config))
         instances = self._instances(config, path, version)
         pool = InstancePool(
@@ -256,12 +270,17 @@ class ModelManager:
         )
         await pool.create(backend)
         model = BackendModel(config, version, pool, cache=self.options.cache, model_path=path)
+        self._run_version_hooks(model)
         try:  # Triton warms up every instance before the version is READY
             await warm_up(config, path, model.instance_count, model.run_on_instance)
         except BaseException:
             await model.close()
             raise
         return model
+
+    def _run_version_hooks(self, model: ServingModel) -> None:
+        for hook in self.version_hooks:
+            hook(model)
 
     def _require_composing(self, config: ModelConfig) -> None:
         """Refuse an ensemble whose composing models are missing, not loaded, or do not fit

@@ -22,7 +22,7 @@ from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache, cache_for
 from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
 from workbench.core.sequence_batcher import SequenceBatcher
-from workbench.core.statistics import ModelStatistics, RequestTimes
+from workbench.core.statistics import ModelStatistics, RequestTimes, failure_reason
 from workbench.errors import InternalError, InvalidArgumentError, WorkbenchError
 
 
@@ -128,20 +128,12 @@ class BackendModel:
             if lookup.outputs is not None:
                 self.stats.record_cache_hit(times, lookup.started_ns, lookup.lookup_ns)
                 return self._response(request, ExecResult(outputs=lookup.outputs))
-        with self._inflight:
-            pending = self._pending(request, rows, times)
-            try:
-                result = await self.scheduler.submit(pending)
-            except QueueFullError:
-                raise
-            except WorkbenchError:
-                self.stats.record_failure(times)
-                raise
+        result = await self._schedule(request, rows, times)
         if result.error is not None:
             if result.error_is_response:
                 self.stats.record_success(rows, times)
             else:
-                self.stats.record_failure(times)
+                self.stats.record_failure(times, "BACKEND")
             raise result.error
         self.stats.record_success(rows, times)
         if lookup is not None and self._cache is not None:
@@ -149,6 +141,22 @@ class BackendModel:
             if miss_ns is not None:
                 self.stats.record_cache_miss(miss_ns)
         return self._response(request, result)
+
+    async def _schedule(self, request: InferRequest, rows: int, times: RequestTimes) -> ExecResult:
+        """Queue the request and wait for its result; a scheduling failure is recorded (with
+        Triton's reason, except queue-full rejections, which Triton does not count) and raised."""
+        with self._inflight:
+            pending = self._pending(request, rows, times)
+            try:
+                return await self.scheduler.submit(pending)
+            except QueueFullError:
+                raise
+            except WorkbenchError as exc:
+                self.stats.record_failure(times, failure_reason(exc))
+                raise
+            finally:
+                if times.pending:  # it never executed (rejected, timed out, cancelled)
+                    self.stats.leave_queue(times)
 
     def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """Every response of a request, in order; the last one has ``final`` set.
@@ -171,7 +179,7 @@ class BackendModel:
             try:
                 async for result, final in stream:
                     if result is not None and result.error is not None:
-                        self.stats.record_failure(times)
+                        self.stats.record_failure(times, _stream_failure(result.error, times))
                         raise result.error
                     if final:
                         # Recorded before the last yield: a consumer stops reading there.
@@ -180,6 +188,8 @@ class BackendModel:
                         yield self._response(request, result or ExecResult(), final)
             finally:
                 await asyncio.wait([runner])
+                if times.pending:
+                    self.stats.leave_queue(times)
 
     async def _submit_streaming(self, pending: Pending, stream: _ResponseStream) -> None:
         """Run a decoupled request; an error of the execution itself ends its stream."""
@@ -192,6 +202,7 @@ class BackendModel:
 
     def _pending(self, request: InferRequest, rows: int, times: RequestTimes) -> Pending:
         future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
+        self.stats.enter_queue(times)
         return Pending(request, rows, times, future)
 
     def _response(
@@ -312,6 +323,8 @@ class _Phases:
         self.batch = batch
         self.started = time.monotonic_ns()
         self.requests = [p.request for p in batch]
+        for pending in batch:
+            model.stats.leave_queue(pending.times)
         for request in self.requests:
             reshape_inputs(model.config, request, model._batched)
         self.input_done = time.monotonic_ns()
@@ -332,6 +345,11 @@ class _Phases:
         for pending in self.batch:
             pending.times.stamp(self.started, self.input_done, infer_done, output_done)
         return results
+
+
+def _stream_failure(error: BaseException, times: RequestTimes) -> str:
+    """A decoupled request's failure reason: BACKEND once it executed, else the scheduler's."""
+    return failure_reason(error) if times.pending else "BACKEND"
 
 
 def _failed(items: Sequence[object], error: BaseException) -> list[ExecResult]:

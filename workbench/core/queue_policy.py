@@ -32,6 +32,12 @@ class QueueFullError(UnavailableError):
     """Rejected on arrival; Triton counts such a request nowhere in the statistics."""
 
 
+class QueueTimeoutError(UnavailableError):
+    """Waited in a queue past its deadline; a failure of reason REJECTED in the metrics."""
+
+    failure_reason = "REJECTED"
+
+
 class _LevelQueue:
     """The requests of one priority level: waiting ones, then delayed (timed-out) ones."""
 
@@ -63,7 +69,7 @@ class _LevelQueue:
                     pending.deadline_ns = 0
                     self.delayed.append(pending)
                 else:
-                    pending.fail(UnavailableError(TIMED_OUT))
+                    pending.fail(QueueTimeoutError(TIMED_OUT))
             elif next_deadline is None or pending.deadline_ns < next_deadline:
                 next_deadline = pending.deadline_ns
         return next_deadline

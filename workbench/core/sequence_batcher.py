@@ -49,6 +49,7 @@ from workbench.core._sequence_slots import (
     null_request,
     wait_event,
 )
+from workbench.core.queue_policy import QueueTimeoutError
 from workbench.core.scheduler import Executor, Pending
 from workbench.errors import CancelledError, InternalError, InvalidArgumentError, UnavailableError
 
@@ -374,7 +375,7 @@ class SequenceBatcher:
         if self._active.get(sequence.key) is sequence:
             del self._active[sequence.key]
         for request in sequence.queue:
-            request.pending.fail(UnavailableError(BACKLOG_TIMEOUT))
+            request.pending.fail(QueueTimeoutError(BACKLOG_TIMEOUT))
         sequence.queue.clear()
         return None
 

@@ -2,6 +2,10 @@
 
 Durations are nanoseconds, as Triton reports them. A ``Duration`` is a count and a sum; the
 server layer renders them as ``{"count": n, "ns": total}``.
+
+The Prometheus metrics endpoint reads the same counters (so the two always agree), plus what
+only metrics report: failures by reason, the pending-request gauge, the load duration, and
+each request's durations handed to an ``Observer`` (the latency summaries) when one is set.
 """
 
 from __future__ import annotations
@@ -9,10 +13,20 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 _PHASES = ("compute_input", "compute_infer", "compute_output")
 _INFERENCE_FIELDS = ("success", "fail", "queue", *_PHASES, "cache_hit", "cache_miss")
+#: Triton's failure reasons (``nv_inference_request_failure{reason=...}``)
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+#: what an ``Observer`` is told, per successful request (microseconds)
+OBSERVED = ("request", "queue", *_PHASES, "cache_hit", "cache_miss")
+
+
+class Observer(Protocol):
+    """Receives each request's durations, in microseconds (the metrics' latency summaries)."""
+
+    def observe(self, name: str, microseconds: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -35,6 +49,8 @@ class RequestTimes:
     received: int = field(default_factory=time.monotonic_ns)
     #: when an instance picked the request up (end of queueing)
     started: int = 0
+    #: counted in its model's pending-request gauge (queued, not executing yet)
+    pending: bool = False
     input_done: int = 0
     infer_done: int = 0
     output_done: int = 0
@@ -45,6 +61,19 @@ class RequestTimes:
         self.input_done = input_done
         self.infer_done = infer_done
         self.output_done = output_done
+
+
+@dataclass(slots=True)
+class StatsSnapshot:
+    """A consistent copy of one version's counters (see ``ModelStatistics.snapshot``)."""
+
+    inference_count: int
+    execution_count: int
+    #: the ``inference_stats`` durations by field (``success``, ``queue``, ``cache_hit``, ...)
+    inference: dict[str, Duration]
+    failures: dict[str, int]
+    pending_count: int
+    load_ns: int
 
 
 class ModelStatistics:
@@ -60,6 +89,28 @@ class ModelStatistics:
         self.inference: dict[str, Duration] = {key: Duration() for key in _INFERENCE_FIELDS}
         #: batch size -> phase -> Duration
         self.batches: dict[int, dict[str, Duration]] = {}
+        #: failed requests by Triton's reason; they add up to ``inference["fail"].count``
+        self.failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
+        #: requests queued for this version and not executing yet (Triton's pending count)
+        self.pending_count = 0
+        #: how long loading this version took (0 until it is loaded)
+        self.load_ns = 0
+        #: gets every successful request's durations (set by the metrics endpoint)
+        self.observer: Observer | None = None
+
+    def enter_queue(self, times: RequestTimes) -> None:
+        """A request starts waiting for an instance."""
+        with self._lock:
+            if not times.pending:
+                times.pending = True
+                self.pending_count += 1
+
+    def leave_queue(self, times: RequestTimes) -> None:
+        """A request stops waiting: it executes, or it ended while queued (idempotent)."""
+        with self._lock:
+            if times.pending:
+                times.pending = False
+                self.pending_count -= 1
 
     def record_execution(self, batch_size: int, times: RequestTimes) -> None:
         """One call into the backend that served ``batch_size`` inferences."""
@@ -84,6 +135,20 @@ class ModelStatistics:
             self.inference["compute_input"].add(times.input_done - times.started)
             self.inference["compute_infer"].add(times.infer_done - times.input_done)
             self.inference["compute_output"].add(times.output_done - times.infer_done)
+        if self.observer is not None:
+            self._observe(
+                request=times.output_done - times.received,
+                queue=times.started - times.received,
+                compute_input=times.input_done - times.started,
+                compute_infer=times.infer_done - times.input_done,
+                compute_output=times.output_done - times.infer_done,
+            )
+
+    def _observe(self, **durations_ns: int) -> None:
+        observer = self.observer
+        if observer is not None:
+            for name, ns in durations_ns.items():
+                observer.observe(name, ns // 1000)
 
     def record_cache_hit(self, times: RequestTimes, lookup_started: int, lookup_ns: int) -> None:
         """A request answered from the response cache: Triton counts a success and its queue
@@ -93,16 +158,32 @@ class ModelStatistics:
             self.inference["success"].add(time.monotonic_ns() - times.received)
             self.inference["queue"].add(lookup_started - times.received)
             self.inference["cache_hit"].add(lookup_ns)
+        self._observe(queue=lookup_started - times.received, cache_hit=lookup_ns)
 
     def record_cache_miss(self, ns: int) -> None:
         """A miss whose response was then stored (lookup plus insertion time)."""
         with self._lock:
             self.inference["cache_miss"].add(ns)
+        self._observe(cache_miss=ns)
 
-    def record_failure(self, times: RequestTimes) -> None:
+    def record_failure(self, times: RequestTimes, reason: str = "OTHER") -> None:
+        """A failed request, with Triton's reason (``FAILURE_REASONS``)."""
         with self._lock:
             self.last_inference_ms = time.time_ns() // 1_000_000
             self.inference["fail"].add(time.monotonic_ns() - times.received)
+            self.failures[reason if reason in self.failures else "OTHER"] += 1
+
+    def snapshot(self) -> StatsSnapshot:
+        """The counters the metrics endpoint reports, read together."""
+        with self._lock:
+            return StatsSnapshot(
+                inference_count=self.inference_count,
+                execution_count=self.execution_count,
+                inference={k: Duration(d.count, d.ns) for k, d in self.inference.items()},
+                failures=dict(self.failures),
+                pending_count=self.pending_count,
+                load_ns=self.load_ns,
+            )
 
     def to_json(self) -> dict[str, Any]:
         """Triton's ``model_stats`` entry for this version."""
@@ -121,6 +202,19 @@ class ModelStatistics:
                 ],
                 "memory_usage": [],
             }
+
+
+def failure_reason(error: BaseException) -> str:
+    """Triton's failure reason for an error raised before the request executed.
+
+    Errors name their reason with a ``failure_reason`` attribute (queue timeouts: REJECTED);
+    cancellations are CANCELED; anything else is OTHER. Errors of the execution itself are
+    BACKEND (the caller knows those).
+    """
+    reason = getattr(error, "failure_reason", None)
+    if reason in FAILURE_REASONS:
+        return str(reason)
+    return "CANCELED" if getattr(error, "code", "") == "CANCELLED" else "OTHER"
 
 
 def empty_stats(name: str, version: int) -> dict[str, Any]:

@@ -8,10 +8,13 @@ batching models get one row of ``k`` classes per batch entry.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from workbench._types import Tensor
-from workbench.errors import InvalidArgumentError
+from workbench.core.request import InferRequest, InferResponse
+from workbench.errors import InvalidArgumentError, WorkbenchError
 
 _FLOAT_TYPES = frozenset({"FP32", "FP64"})
 _INT_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
@@ -57,4 +60,33 @@ def _top_k(row: np.ndarray, k: int, labels: list[str] | None, template: str) -> 
     return out
 
 
-__all__ = ["classify"]
+def classify_outputs(
+    core: Any, request: InferRequest, response: InferResponse, batched: bool
+) -> None:
+    """Replace each output the request asked classes of (``classification`` output parameter)
+    by its top-k classes, with labels from ``core.output_labels`` when the output has them.
+
+    Shared by the HTTP and gRPC front ends; ``batched``: the model has ``max_batch_size > 0``.
+    """
+    if not request.output_parameters:
+        return
+    for index, tensor in enumerate(response.outputs):
+        params = request.output_parameters.get(tensor.name)
+        count = params.get("classification") if params else None
+        if count:
+            labels = _labels(core, response, tensor.name)
+            response.outputs[index] = classify(tensor, count, labels, batched)
+
+
+def _labels(core: Any, response: InferResponse, output: str) -> list[str] | None:
+    labels_of = getattr(core, "output_labels", None)
+    if labels_of is None:
+        return None
+    try:
+        labels: list[str] | None = labels_of(response.model_name, response.model_version, output)
+    except WorkbenchError:
+        return None
+    return labels
+
+
+__all__ = ["classify", "classify_outputs"]

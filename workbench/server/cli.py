@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from workbench.errors import InvalidArgumentError, WorkbenchError
+from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
 
 log = logging.getLogger("workbench.server")
@@ -57,6 +58,42 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     flag("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_BYTES)
     flag("--log-verbose", type=int, default=0)
     _add_cache_and_rate_limit(flag)
+    _add_grpc(flag)
+    _add_metrics(flag)
+
+
+def _add_grpc(flag: Callable[..., object]) -> None:
+    flag("--allow-grpc", type=_bool, nargs="?", const=True, default=True)
+    flag("--grpc-address", default="0.0.0.0", help="address to listen on (tritonserver's default)")
+    flag("--grpc-port", type=int, default=8001)
+    flag(
+        "--grpc-infer-response-compression-level",
+        choices=("none", "low", "medium", "high"),
+        default="none",
+    )
+    flag(
+        "--grpc-max-message-size",
+        type=int,
+        default=MAX_GRPC_MESSAGE_BYTES,
+        metavar="BYTES",
+        help="largest gRPC message sent or received (workbench only; Triton uses INT32_MAX)",
+    )
+
+
+def _add_metrics(flag: Callable[..., object]) -> None:
+    flag("--allow-metrics", type=_bool, nargs="?", const=True, default=True)
+    flag("--allow-cpu-metrics", type=_bool, nargs="?", const=True, default=True)
+    flag("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True)
+    flag("--metrics-address", default=None, help="defaults to --http-address")
+    flag("--metrics-port", type=int, default=8002)
+    flag("--metrics-interval-ms", type=float, default=2000.0)
+    flag(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="<setting>=<value>",
+        help="e.g. summary_latencies=true (repeatable)",
+    )
 
 
 def _add_cache_and_rate_limit(flag: Callable[..., object]) -> None:
@@ -176,7 +213,13 @@ def serve(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
     )
-    server = Server(
+    server_from_args(args).serve_forever()
+    return 0
+
+
+def server_from_args(args: argparse.Namespace) -> Server:
+    """The ``Server`` that ``workbench serve`` runs for these parsed flags."""
+    return Server(
         args.model_repository,
         http_port=args.http_port,
         host=args.http_address,
@@ -192,9 +235,19 @@ def serve(args: argparse.Namespace) -> int:
         cache_size=cache_size(args.cache_config, args.response_cache_byte_size),
         rate_limit=args.rate_limit,
         rate_limit_resources=rate_limit_resources(args.rate_limit_resource),
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        grpc_infer_compression=args.grpc_infer_response_compression_level,
+        grpc_max_message_bytes=args.grpc_max_message_size,
+        allow_metrics=args.allow_metrics,
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        metrics_interval_ms=args.metrics_interval_ms,
+        metrics_config=args.metrics_config,
     )
-    server.serve_forever()
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,9 +13,10 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 
@@ -23,7 +24,12 @@ from workbench._types import StrPath
 from workbench.core import CoreOptions, InferenceCore
 from workbench.core.rate_limiter import RATE_LIMIT_MODES
 from workbench.errors import InvalidArgumentError, UnavailableError, WorkbenchError
+from workbench.server.grpc import GrpcFrontend, GrpcOptions
+from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.http import create_app
+from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
+from workbench.server.log_settings import LogSettings
+from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 
 log = logging.getLogger("workbench.server")
 #: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
@@ -41,6 +47,10 @@ class ServerOptions:
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     log_verbose: int = 0
     core: CoreOptions = field(default_factory=CoreOptions)
+    #: ``None``: no gRPC endpoint (tritonserver's ``--allow-grpc=false``)
+    grpc: GrpcOptions | None = field(default_factory=GrpcOptions)
+    #: ``None``: no metrics endpoint (``--allow-metrics=false``)
+    metrics: MetricsOptions | None = field(default_factory=MetricsOptions)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -118,8 +128,34 @@ class Server:
         cache_size: int = 0,
         rate_limit: str = "off",
         rate_limit_resources: Mapping[str, int] | None = None,
+        grpc_port: int = 8001,
+        grpc_address: str | None = None,
+        allow_grpc: bool = True,
+        grpc_infer_compression: str = "none",
+        grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES,
+        metrics_port: int = 8002,
+        metrics_address: str | None = None,
+        allow_metrics: bool = True,
+        allow_cpu_metrics: bool = True,
+        allow_gpu_metrics: bool = True,
+        metrics_interval_ms: float = 2000,
+        metrics_config: Sequence[str] = (),
     ) -> None:
         _check_limits(cache_size, rate_limit, rate_limit_resources or {})
+        grpc_options = GrpcOptions(
+            port=grpc_port,
+            address=grpc_address or host,
+            max_message_bytes=grpc_max_message_bytes,
+            infer_compression=grpc_infer_compression,
+        )
+        metrics_options = MetricsOptions(
+            port=metrics_port,
+            address=metrics_address or host,
+            allow_cpu=allow_cpu_metrics,
+            allow_gpu=allow_gpu_metrics,
+            interval_ms=round(metrics_interval_ms),
+            config=parse_metrics_config(metrics_config),
+        )
         self.model_repository = model_repository
         self.options = ServerOptions(
             http_port=http_port,
@@ -138,6 +174,8 @@ class Server:
                 rate_limit=rate_limit.lower(),
                 rate_limit_resources=dict(rate_limit_resources or {}),
             ),
+            grpc=grpc_options if allow_grpc else None,
+            metrics=metrics_options if allow_metrics else None,
         )
         self.core: InferenceCore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -145,6 +183,12 @@ class Server:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._bound_port = 0
+        self._metrics_socket: socket.socket | None = None
+        self._metrics_port = 0
+        self._metrics_uvicorn: uvicorn.Server | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._grpc: GrpcFrontend | None = None
+        self._grpc_port = 0
         self._started = threading.Event()
         self._error: BaseException | None = None
 
@@ -156,15 +200,37 @@ class Server:
 
     @property
     def url(self) -> str:
-        host = self.options.host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        shown = f"[{shown}]" if ":" in shown else shown
-        return f"http://{shown}:{self.http_port}"
+        return f"http://{_address(self.options.host, self.http_port)}"
 
     @property
     def http_address(self) -> str:
         """``host:port`` as tritonclient and perf_analyzer take it."""
         return self.url.removeprefix("http://")
+
+    @property
+    def grpc_port(self) -> int:
+        """The gRPC port (the ephemeral one once started with ``grpc_port=0``); 0 when off."""
+        if self.options.grpc is None:
+            return 0
+        return self._grpc_port or self.options.grpc.port
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint, as ``tritonclient.grpc`` takes it."""
+        return _address(self.options.grpc.address if self.options.grpc else "", self.grpc_port)
+
+    @property
+    def metrics_port(self) -> int:
+        """The metrics port (the ephemeral one once started with ``metrics_port=0``); 0 when off."""
+        if self.options.metrics is None:
+            return 0
+        return self._metrics_port or self.options.metrics.port
+
+    @property
+    def metrics_url(self) -> str:
+        """Where Prometheus scrapes: ``http://host:port/metrics``."""
+        address = self.options.metrics.address if self.options.metrics else ""
+        return f"http://{_address(address, self.metrics_port)}/metrics"
 
     @property
     def running(self) -> bool:
@@ -214,6 +280,14 @@ class Server:
     def _bind(self) -> None:
         self._socket = bind_socket(self.options.host, self.options.http_port)
         self._bound_port = int(self._socket.getsockname()[1])
+        metrics = self.options.metrics
+        if metrics is not None:
+            try:
+                self._metrics_socket = bind_socket(metrics.address, metrics.port)
+            except UnavailableError:
+                self._close_socket()
+                raise
+            self._metrics_port = int(self._metrics_socket.getsockname()[1])
 
     def _thread_main(self) -> None:
         loop = new_event_loop()
@@ -228,9 +302,10 @@ class Server:
             loop.close()
 
     def _close_socket(self) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        for sock in (self._socket, self._metrics_socket):
+            if sock is not None:
+                sock.close()
+        self._socket = self._metrics_socket = None
 
     # -- foreground hosting --------------------------------------------------------------------
     def serve_forever(self) -> None:
@@ -254,32 +329,83 @@ class Server:
     async def _serve(self) -> None:
         core = InferenceCore(self.model_repository, self.options.core)
         self.core = core
+        # Before the core starts, so that it sees model loads (load durations).
+        metrics = MetricsService(core, self.options.metrics) if self.options.metrics else None
         try:
             await core.start()
-            app = create_app(core, max_input_bytes=self.options.max_input_bytes)
-            config = uvicorn.Config(
-                app,
-                lifespan="off",
-                access_log=False,
-                log_level="warning" if self.options.log_verbose == 0 else "info",
-                timeout_graceful_shutdown=int(self.options.exit_timeout_secs),
-                http="httptools",
-                proxy_headers=False,  # not a proxy; saves a middleware on every request
+            log_settings = LogSettings()
+            await self._start_grpc(core, log_settings)
+            if metrics is not None:
+                await self._start_metrics(metrics)
+            app = create_app(
+                core, max_input_bytes=self.options.max_input_bytes, log_settings=log_settings
             )
-            self._uvicorn = _UvicornServer(config)
+            self._uvicorn = _UvicornServer(self._uvicorn_config(app))
             assert self._socket is not None
             serving = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
-            await self._wait_started(serving)
+            await _wait_started(self._uvicorn, serving, "HTTP")
+            # tritonserver's wording, so scripts that wait for this line keep working.
+            log.info("Started HTTPService at %s:%d", self.options.host, self.http_port)
+            self._started.set()
             await serving
         finally:
+            await self._stop_frontends(metrics)
             await core.stop(self.options.exit_timeout_secs)
 
-    async def _wait_started(self, serving: asyncio.Task[None]) -> None:
-        assert self._uvicorn is not None
-        while not self._uvicorn.started and not serving.done():
-            await asyncio.sleep(0.005)
-        if serving.done() and serving.exception() is not None:
-            raise WorkbenchError(f"HTTP server failed to start: {serving.exception()}")
-        # tritonserver's wording, so scripts that wait for this line keep working.
-        log.info("Started HTTPService at %s:%d", self.options.host, self.http_port)
-        self._started.set()
+    def _uvicorn_config(self, app: Callable[..., Any]) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            lifespan="off",
+            access_log=False,
+            log_level="warning" if self.options.log_verbose == 0 else "info",
+            timeout_graceful_shutdown=int(self.options.exit_timeout_secs),
+            http="httptools",
+            proxy_headers=False,  # not a proxy; saves a middleware on every request
+        )
+
+    async def _start_grpc(self, core: InferenceCore, log_settings: LogSettings) -> None:
+        options = self.options.grpc
+        if options is None:
+            return
+        self._grpc = GrpcFrontend(
+            core, options, log_settings=log_settings, extensions=DEFAULT_EXTENSIONS
+        )
+        self._grpc_port = await self._grpc.start()
+        log.info("Started GRPCInferenceService at %s:%d", options.address, self._grpc_port)
+
+    async def _start_metrics(self, metrics: MetricsService) -> None:
+        assert self._metrics_socket is not None and self.options.metrics is not None
+        await metrics.start()
+        self._metrics_uvicorn = _UvicornServer(self._uvicorn_config(metrics))
+        serve = self._metrics_uvicorn.serve(sockets=[self._metrics_socket])
+        self._metrics_task = asyncio.create_task(serve)
+        await _wait_started(self._metrics_uvicorn, self._metrics_task, "metrics")
+        log.info(
+            "Started Metrics Service at %s:%d", self.options.metrics.address, self.metrics_port
+        )
+
+    async def _stop_frontends(self, metrics: MetricsService | None) -> None:
+        """After HTTP has drained: gRPC drains for the same grace period, metrics stop last."""
+        if self._grpc is not None:
+            await self._grpc.stop(self.options.exit_timeout_secs)
+            self._grpc = None
+        if self._metrics_uvicorn is not None and self._metrics_task is not None:
+            self._metrics_uvicorn.should_exit = True
+            await asyncio.wait([self._metrics_task], timeout=5)
+            self._metrics_uvicorn = self._metrics_task = None
+        if metrics is not None:
+            await metrics.stop()
+
+
+async def _wait_started(server: uvicorn.Server, serving: asyncio.Task[None], what: str) -> None:
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.005)
+    if serving.done() and serving.exception() is not None:
+        raise WorkbenchError(f"{what} server failed to start: {serving.exception()}")
+
+
+def _address(host: str, port: int) -> str:
+    """``host:port`` for clients: a wildcard address is reached on loopback."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"{shown}:{port}"

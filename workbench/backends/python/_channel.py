@@ -68,6 +68,16 @@ class Channel:
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
 
+    def send_all(self, messages: list[Message]) -> None:
+        """Send several messages in one write (they arrive together, in order)."""
+        frames = [pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL) for m in messages]
+        data = b"".join(_LENGTH.pack(len(frame)) + frame for frame in frames)
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)
+        except OSError as exc:
+            raise ChannelClosed(str(exc)) from None
+
     def wait(self, key: Hashable, timeout_s: float | None = None) -> Message:
         """The message filed under ``key``; ``TimeoutError`` after ``timeout_s``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

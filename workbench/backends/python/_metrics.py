@@ -1,16 +1,24 @@
-"""``pb_utils.Logger`` and custom metrics for in-process Python models.
+"""``pb_utils.Logger`` and custom metrics (``pb_utils.MetricFamily``) for Python models.
 
-Minimal by design: log lines go to the ``workbench.python_model`` logger, and metric values
-are kept in this process (``METRIC_FAMILIES``) for the server's metrics endpoint to export;
-histograms keep a sum, a count and cumulative bucket counts.
+Log lines go to the ``workbench.python_model`` logger (a stub forwards them to the server).
+Metric operations are checked here, with Triton's messages, then handed to a ``MetricSink``:
+in the server process that is the registry ``/metrics`` reads; in a stub process it is a
+buffer that reaches the server with the next reply (``_metric_forwarder``), so an update
+costs no round trip. ``value()`` answers from this process's own copy of the value.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
+from typing import Any, Protocol
+
+from workbench.backends.python._metric_registry import REGISTRY, MetricKind
+from workbench.backends.python._triton_errors import TritonModelException
 
 _log = logging.getLogger("workbench.python_model")
 
@@ -67,59 +75,146 @@ class Logger:
         Logger.log(message, LogLevel.VERBOSE)
 
 
-class MetricKind(enum.IntEnum):
-    """The kind of a metric family."""
+class MetricError(TritonModelException, ValueError):
+    """A refused metric operation (``TritonModelException``, as Triton raises)."""
 
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
+
+class MetricSink(Protocol):
+    """Where metric operations go (the server's registry, or a stub's forwarder)."""
+
+    def new_family(self, family_id: int, name: str, description: str, kind: int) -> None: ...
+
+    def new_metric(
+        self, metric_id: int, family_id: int, labels: dict[str, str], buckets: list[float] | None
+    ) -> None: ...
+
+    def drop_metric(self, metric_id: int) -> None: ...
+
+    def increment(self, metric_id: int, value: float) -> None: ...
+
+    def set(self, metric_id: int, value: float) -> None: ...
+
+    def observe(self, metric_id: int, value: float) -> None: ...
+
+
+class RegistrySink:
+    """Operations straight into this process's registry (in-process models)."""
+
+    owner = "in-process"
+
+    def new_family(self, family_id: int, name: str, description: str, kind: int) -> None:
+        REGISTRY.new_family(self.owner, family_id, name, description, kind)
+
+    def new_metric(
+        self, metric_id: int, family_id: int, labels: dict[str, str], buckets: list[float] | None
+    ) -> None:
+        REGISTRY.new_metric(self.owner, metric_id, family_id, labels, buckets)
+
+    def drop_metric(self, metric_id: int) -> None:
+        REGISTRY.drop_metric(self.owner, metric_id)
+
+    def increment(self, metric_id: int, value: float) -> None:
+        REGISTRY.increment(self.owner, metric_id, value)
+
+    def set(self, metric_id: int, value: float) -> None:
+        REGISTRY.set(self.owner, metric_id, value)
+
+    def observe(self, metric_id: int, value: float) -> None:
+        REGISTRY.observe(self.owner, metric_id, (value,))
+
+
+_sink: MetricSink = RegistrySink()
+_ids = itertools.count(1)
+
+
+def install_sink(sink: MetricSink) -> None:
+    """Send the metric operations of this process to ``sink`` (a stub's forwarder)."""
+    global _sink
+    _sink = sink
 
 
 class Metric:
     """One labelled series of a ``MetricFamily``."""
 
     def __init__(
-        self, family: MetricFamily, labels: dict[str, str], buckets: Sequence[float] | None
+        self, family: MetricFamily, labels: dict[str, str] | None, buckets: Sequence[float] | None
     ) -> None:
+        _check_new_metric(family.kind, labels, buckets)
         self.family = family
-        self.labels = dict(labels)
+        self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self.buckets = sorted(buckets or [])
-        self.bucket_counts = [0] * len(self.buckets)
-        self.count = 0
+        self.id = next(_ids)
         self._value = 0.0
         self._lock = threading.Lock()
+        self._sink = _sink
+        self._sink.new_metric(self.id, family.id, self.labels, list(self.buckets) or None)
 
     def increment(self, value: float) -> None:
         """Add ``value`` (counters refuse negative values, as in Triton)."""
-        if self.family.kind == MetricKind.COUNTER and value < 0:
-            raise ValueError("TritonModelException: cannot increment a counter by a negative value")
-        self._check(MetricKind.HISTOGRAM, "increment", allowed=False)
+        kind = self.family.kind
+        if kind == MetricKind.HISTOGRAM:
+            raise MetricError(
+                "Failed to increment metric value: "
+                "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
+            )
+        if kind == MetricKind.COUNTER and value < 0:
+            raise MetricError(
+                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
+                "be incremented monotonically by non-negative values."
+            )
         with self._lock:
             self._value += value
+        self._sink.increment(self.id, float(value))
 
     def set(self, value: float) -> None:
         """Set a gauge to ``value``."""
-        self._check(MetricKind.GAUGE, "set")
+        self._only(MetricKind.GAUGE, "set metric value", "Set")
         with self._lock:
             self._value = value
+        self._sink.set(self.id, float(value))
 
     def observe(self, value: float) -> None:
         """Record ``value`` in a histogram."""
-        self._check(MetricKind.HISTOGRAM, "observe")
+        self._only(MetricKind.HISTOGRAM, "observe metric value", "Observe")
         with self._lock:
             self._value += value
-            self.count += 1
-            for index, bound in enumerate(self.buckets):
-                if value <= bound:
-                    self.bucket_counts[index] += 1
+        self._sink.observe(self.id, float(value))
 
     def value(self) -> float:
-        """The current value (a histogram's sum)."""
+        """The current value (counters and gauges)."""
+        if self.family.kind == MetricKind.HISTOGRAM:
+            raise MetricError(
+                "Failed to get metric value: "
+                "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value"
+            )
         return self._value
 
-    def _check(self, kind: MetricKind, op: str, *, allowed: bool = True) -> None:
-        if (self.family.kind == kind) != allowed:
-            raise ValueError(f"'{op}' is not supported for a {self.family.kind.name} metric")
+    def _only(self, kind: MetricKind, what: str, operation: str) -> None:
+        if self.family.kind != kind:
+            raise MetricError(
+                f"Failed to {what}: TRITONSERVER_METRIC_KIND_{self.family.kind.name} "
+                f"does not support {operation}"
+            )
+
+    def __del__(self) -> None:
+        try:
+            self._sink.drop_metric(self.id)
+        except Exception:  # interpreter shutdown, a closed channel: nothing left to tell
+            pass
+
+
+def _check_new_metric(kind: MetricKind, labels: Any, buckets: Any) -> None:
+    """Triton's checks when a metric is created."""
+    if labels is not None and not isinstance(labels, dict):
+        raise MetricError("Failed to create metric. Labels must be a dictionary.")
+    if buckets is None:
+        if kind == MetricKind.HISTOGRAM:
+            raise MetricError("Failed to create metric. Missing required buckets.")
+        return
+    if not isinstance(buckets, list):
+        raise MetricError("Failed to create metric. Buckets must be a list.")
+    if kind != MetricKind.HISTOGRAM:
+        raise MetricError("Failed to create metric. Unexpected buckets found.")
 
 
 class MetricFamily:
@@ -133,21 +228,25 @@ class MetricFamily:
         self.name = name
         self.description = description
         self.kind = MetricKind(kind)
+        self.id = next(_ids)
         self.metrics: list[Metric] = []
+        try:
+            _sink.new_family(self.id, name, description, int(self.kind))
+        except ValueError as exc:
+            raise MetricError(f"Error when creating MetricFamily: {exc}") from None
         with _families_lock:
             METRIC_FAMILIES[name] = self
 
     def Metric(  # noqa: N802 - Triton's method name
         self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
     ) -> Metric:
-        """A new series with ``labels`` (and histogram ``buckets``)."""
-        if self.kind == MetricKind.HISTOGRAM and buckets is None:
-            raise ValueError("histogram metrics need buckets")
-        metric = Metric(self, labels or {}, buckets)
+        """A new series with ``labels`` (and histogram ``buckets``); as in Triton, the family
+        keeps it alive, and it leaves ``/metrics`` once both are deleted."""
+        metric = Metric(self, labels, buckets)
         self.metrics.append(metric)
         return metric
 
 
-#: every family created by a model in this process, by name
-METRIC_FAMILIES: dict[str, MetricFamily] = {}
+#: the last family created under each name in this process, while the model holds it
+METRIC_FAMILIES: weakref.WeakValueDictionary[str, MetricFamily] = weakref.WeakValueDictionary()
 _families_lock = threading.Lock()

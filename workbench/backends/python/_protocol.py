@@ -5,7 +5,8 @@ Every message is ``(kind, key, *payload)``; replies are ``(REPLY, key of the cal
 server -> stub: ``INIT`` (what to load), ``EXECUTE`` (requests), ``FINALIZE``, and the
 replies to the stub's ``BLS``/``READY`` calls.
 stub -> server: replies to those, ``RESPONSE`` (one response of a decoupled request, any
-time), ``BLS`` and ``READY`` (calls into the server), ``LOG`` (a forwarded log record).
+time), ``BLS`` and ``READY`` (calls into the server), ``LOG`` (a forwarded log record),
+``METRICS`` (custom metric operations, usually in the same write as a reply).
 
 Tensors never go through the socket: a message names a block of shared memory and carries
 each tensor's name, datatype, shape and offset (see ``_shm``).
@@ -29,6 +30,7 @@ RESPONSE = "response"
 BLS = "bls"
 READY = "ready"
 LOG = "log"
+METRICS = "metrics"
 
 #: an error as it crosses: (class name in ``workbench.errors``, message), or None
 ErrorWire = tuple[str, str] | None

@@ -29,12 +29,14 @@ from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
 from workbench.backends.python._loader import ADDED_PATHS
 from workbench.backends.python._loop_reader import LoopReader
+from workbench.backends.python._metric_registry import REGISTRY
 from workbench.backends.python._protocol import (
     BLS,
     EXECUTE,
     FINALIZE,
     INIT,
     LOG,
+    METRICS,
     REPLY,
     RESPONSE,
     error_from_wire,
@@ -112,6 +114,8 @@ class StubProcess:
         self._open: dict[int, ExecRequest] = {}
         self._open_lock = threading.Lock()
         self._stopping = False
+        #: the owner of the custom metrics this stub creates (they end with it)
+        self.metrics_owner = object()
         self._reader: threading.Thread | None = None
         self._loop_reader: LoopReader | None = None
         ours, theirs = socket.socketpair()
@@ -247,7 +251,9 @@ class StubProcess:
         kind = message[0]
         if kind == REPLY:
             return message[1]
-        if kind == RESPONSE:
+        if kind == METRICS:
+            REGISTRY.apply(self.metrics_owner, message[2])
+        elif kind == RESPONSE:
             self._on_response(message)
         elif kind == LOG:
             _, _, level, name, text = message
@@ -359,5 +365,6 @@ class StubProcess:
             self._loop_reader.detach()
         self.channel.close()
         self._finalizer()
+        REGISTRY.drop_owner(self.metrics_owner)
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(timeout=5)

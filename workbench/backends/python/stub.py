@@ -26,12 +26,15 @@ from workbench.backends.base import ExecResult
 from workbench.backends.python import pb_utils
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
 from workbench.backends.python._loader import load_module
+from workbench.backends.python._metric_forwarder import MetricForwarder
+from workbench.backends.python._metrics import install_sink
 from workbench.backends.python._protocol import (
     BLS,
     EXECUTE,
     FINALIZE,
     INIT,
     LOG,
+    METRICS,
     READY,
     REPLY,
     RESPONSE,
@@ -109,6 +112,8 @@ class Stub:
         self.inbound = inbound
         self.writer = BlockWriter(outbound)
         self.channel = Channel(sock, self._route)
+        #: custom metric operations, sent with the next reply (or by its flusher thread)
+        self.metrics = MetricForwarder()
         self.runner: ModelRunner | None = None
         self._keys = itertools.count(1)
         self._commands = itertools.count()
@@ -125,6 +130,17 @@ class Stub:
             # Only the reading thread routes, so the numbering is in arrival order.
             return ("command", next(self._commands))
         return None
+
+    def reply(self, message: Message) -> None:
+        """Send a reply, preceded in the same write by the metric updates made so far."""
+        self.metrics.send_with(
+            lambda operations: self.channel.send_all(
+                [(METRICS, None, operations), message] if operations else [message]
+            )
+        )
+
+    def send_metrics(self, operations: list[Any]) -> None:
+        self.channel.send((METRICS, None, operations))
 
     def serve(self) -> None:
         """Initialize, then run commands until ``finalize``; returns when done."""
@@ -152,9 +168,9 @@ class Stub:
             self.runner = ModelRunner(spec, module, scope)
             self.runner.initialize(setup["args"])
         except Exception as exc:
-            self.channel.send((REPLY, key, error_to_wire(exc)))
+            self.reply((REPLY, key, error_to_wire(exc)))
             return False
-        self.channel.send((REPLY, key, None))
+        self.reply((REPLY, key, None))
         return True
 
     def _execute(self, message: Message) -> None:
@@ -167,14 +183,14 @@ class Stub:
                 request.respond = self._responder(request)
         results = self.runner.execute(requests)
         if decoupled:
-            self.channel.send((REPLY, key, -1, []))
+            self.reply((REPLY, key, -1, []))
         else:
             self._send_results(key, results)
 
     def _send_results(self, key: int, results: Sequence[ExecResult]) -> None:
         try:
             out_block, out_wires = write_results(self.writer, results)
-            self.channel.send((REPLY, key, out_block, out_wires))
+            self.reply((REPLY, key, out_block, out_wires))
         except ChannelClosed:
             raise
         except Exception as exc:  # e.g. response parameters that cannot be pickled
@@ -195,7 +211,8 @@ class Stub:
         if self.runner is not None:
             self.runner.finalize()
             self.runner.discard()
-        self.channel.send((REPLY, message[1]))
+        self.metrics.stop()
+        self.reply((REPLY, message[1]))
 
 
 def _forward_logs(channel: Channel) -> None:
@@ -213,6 +230,8 @@ def main(argv: Sequence[str]) -> int:
         os.set_inheritable(fd, False)
     stub = Stub(socket.socket(fileno=sock_fd), Region(inbound_fd), Region(outbound_fd))
     _forward_logs(stub.channel)
+    install_sink(stub.metrics)
+    stub.metrics.start_flusher(stub.send_metrics)
     try:
         stub.serve()
     except ChannelClosed:

@@ -27,7 +27,7 @@ from workbench.server.http import _json
 from workbench.server.http._json import NON_STRING, access_error
 from workbench.server.http.request_codec import flatten_json, json_array
 from workbench.server.http.response_codec import json_data
-from workbench.server.http.tensor_bytes import deserialize_bytes, request_prefix, serialize_bytes
+from workbench.server.tensor_bytes import deserialize_bytes, request_prefix, serialize_bytes
 
 #: The one key Triton's generate request schema maps to a nested object.
 PARAMETERS = "parameters"

@@ -12,7 +12,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench.core.inference_core import InferenceCore
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import UnsupportedError, WorkbenchError
-from workbench.server.classification import classify
+from workbench.server.classification import classify_outputs
 from workbench.server.http import compression
 from workbench.server.http.messages import METHOD_NOT_ALLOWED, HttpRequest, Reply, error_reply
 from workbench.server.http.raw_request import decode_raw_request
@@ -70,27 +70,7 @@ class InferEndpoint:
     def _classify(
         self, request: InferRequest, response: InferResponse, config: ModelConfig
     ) -> None:
-        if not request.output_parameters:
-            return
-        batched = config.max_batch_size > 0
-        for index, tensor in enumerate(response.outputs):
-            params = request.output_parameters.get(tensor.name)
-            count = params.get("classification") if params else None
-            if count:
-                labels = self._labels(response, tensor.name)
-                response.outputs[index] = classify(tensor, count, labels, batched)
-
-    def _labels(self, response: InferResponse, output: str) -> list[str] | None:
-        labels_of = getattr(self.core, "output_labels", None)
-        if labels_of is None:
-            return None
-        try:
-            labels: list[str] | None = labels_of(
-                response.model_name, response.model_version, output
-            )
-        except WorkbenchError:
-            return None
-        return labels
+        classify_outputs(self.core, request, response, config.max_batch_size > 0)
 
     def _reply(self, req: HttpRequest, payload: bytes, header_length: int | None) -> Reply:
         headers = [_JSON] if header_length is None else [_BINARY]

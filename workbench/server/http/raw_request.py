@@ -14,7 +14,7 @@ from workbench._types import Tensor
 from workbench.config.dtypes import ELEMENT_SIZE, config_to_wire
 from workbench.core.request import InferRequest
 from workbench.errors import InvalidArgumentError
-from workbench.server.http.tensor_bytes import (
+from workbench.server.tensor_bytes import (
     deserialize_bytes,
     request_prefix,
     tensor_from_buffer,

@@ -25,7 +25,7 @@ from workbench.core.request import InferRequest
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
-from workbench.server.http.tensor_bytes import (
+from workbench.server.tensor_bytes import (
     deserialize_bytes,
     request_prefix,
     tensor_from_buffer,

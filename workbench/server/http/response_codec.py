@@ -17,7 +17,7 @@ from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
 from workbench.server.http import _json
-from workbench.server.http.tensor_bytes import as_bytes, tensor_buffer
+from workbench.server.tensor_bytes import as_bytes, tensor_buffer
 
 
 def output_is_binary(name: str, request: InferRequest, binary_default: bool) -> bool:

@@ -1,0 +1,59 @@
+"""The example notebooks run top to bottom headless; their cells carry the assertions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["01_quickstart.ipynb", "02_tune_batching.ipynb", "03_ensemble.ipynb", "04_from_torch.ipynb"],
+)
+def test_notebook_runs_headless(name: str) -> None:
+    if name == "04_from_torch.ipynb":
+        pytest.importorskip("torch")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=240,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("text/html" in o.get("data", {}) for o in outputs)  # the Workbench display
+    widget = "application/vnd.jupyter.widget-view+json"
+    if name in ("01_quickstart.ipynb", "02_tune_batching.ipynb"):  # the editor, the live sweep
+        assert sum(widget in o.get("data", {}) for o in outputs) >= (2 if "02" in name else 1)
+    if name in ("02_tune_batching.ipynb", "03_ensemble.ipynb"):  # plotly figures
+        assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
+
+
+def test_kernel_shutdown_stops_the_server(tmp_path: Path) -> None:
+    from tests.notebook.conftest import copy_linear
+
+    repository = tmp_path / "repo"
+    copy_linear(repository, "linear")
+    marker = tmp_path / "at_exit.txt"
+    source = (
+        "import atexit, pathlib\n"
+        "from workbench.notebook import Workbench\n"
+        "# registered before the bench's own hook, so it runs after it (atexit is LIFO)\n"
+        f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text(str(bench.running)))\n"
+        f"bench = Workbench({str(repository)!r})\n"
+        "assert bench.running"
+    )
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    assert marker.read_text() == "False"  # the kernel shut down with the server stopped

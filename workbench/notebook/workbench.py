@@ -1,0 +1,343 @@
+"""``Workbench``: a model repository served in the background, driven from a notebook.
+
+Everything after start-up goes through Triton's public HTTP API (``tritonclient.http``), so
+what works here works against a real tritonserver. The server runs in its own thread and loop
+(``workbench.server.hosting.Server``); this object is the synchronous face the kernel talks to.
+The server stops on ``stop()``, at interpreter exit and so when the kernel shuts down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import html
+import inspect
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from workbench._types import StrPath
+from workbench.config import backend_name, parse_pbtxt, read_config
+from workbench.errors import NotFoundError, UnavailableError, WorkbenchError
+from workbench.notebook import tables
+from workbench.notebook.config_editor import ConfigEditor
+from workbench.notebook.model_export import export_onnx, export_torch
+from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
+from workbench.server.hosting import Server
+
+MODEL_COLUMNS = ("name", "version", "state", "backend", "platform", "max_batch_size", "reason")
+
+
+def _endpoint_ports(**ports: int) -> dict[str, int]:
+    """The gRPC/metrics ports this ``Server`` takes (older ones serve HTTP only)."""
+    accepted = inspect.signature(Server.__init__).parameters
+    return {name: port for name, port in ports.items() if name in accepted}
+
+
+class Workbench:
+    """Serve ``repository`` on loopback (ephemeral ports) and work with its models.
+
+    Models load in Triton's ``explicit`` control mode with ``--load-model=*``: everything in the
+    repository loads at start, and ``load``/``unload``/``edit`` change what serves afterwards.
+    ``server_options`` go to ``Server`` (``cache_size``, ``rate_limit``, ...).
+    """
+
+    def __init__(
+        self,
+        repository: StrPath,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 0,
+        grpc_port: int = 0,
+        metrics_port: int = 0,
+        start: bool = True,
+        **server_options: Any,
+    ) -> None:
+        self.repository = Path(repository)
+        options: dict[str, Any] = {
+            "http_port": http_port,
+            "host": host,
+            "model_control_mode": "explicit",
+            "load_model": ["*"],
+        }
+        options.update(_endpoint_ports(grpc_port=grpc_port, metrics_port=metrics_port))
+        options.update(server_options)
+        self.server = Server(self.repository, **options)
+        self._http: TritonHttp | None = None
+        if start:
+            self.start()
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> Workbench:
+        """Start the server (done by the constructor unless ``start=False``)."""
+        if not self.server.running:
+            self.server.start()
+            atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and unload every model; calling it again does nothing."""
+        atexit.unregister(self.stop)
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        self.server.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.server.running
+
+    def __enter__(self) -> Workbench:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # -- endpoints -----------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (KServe v2 + Triton extensions)."""
+        return self.server.url
+
+    @property
+    def grpc_url(self) -> str | None:
+        """``127.0.0.1:PORT`` of the gRPC endpoint, or None when the server has none."""
+        return getattr(self.server, "grpc_url", None)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus metrics URL, or None when the server has none."""
+        return getattr(self.server, "metrics_url", None)
+
+    def client(self, protocol: str = "http") -> Any:
+        """A new ``tritonclient`` client (``"http"`` or ``"grpc"``) pointed at this server."""
+        if protocol == "http":
+            import tritonclient.http
+
+            return tritonclient.http.InferenceServerClient(url=self.server.http_address)
+        if protocol == "grpc":
+            if self.grpc_url is None:
+                raise UnavailableError("this server has no gRPC endpoint")
+            import tritonclient.grpc
+
+            return tritonclient.grpc.InferenceServerClient(url=self.grpc_url)
+        raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+
+    @property
+    def http(self) -> TritonHttp:
+        """The facade's own HTTP link (plain values, library errors)."""
+        if not self.running:
+            raise UnavailableError("the workbench is stopped; call start()")
+        if self._http is None:
+            self._http = TritonHttp(self.server.http_address)
+        return self._http
+
+    # -- models --------------------------------------------------------------------------------
+    def models(self) -> Any:
+        """The repository index as a DataFrame: name, version, state, backend, platform,
+        max_batch_size, reason (one row per version, one per model not loaded)."""
+        return tables.to_frame(self._model_rows(), MODEL_COLUMNS)
+
+    def _model_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for entry in self.http.index():
+            name = entry["name"]
+            config = self._config_for_row(name, entry.get("state") == "READY")
+            rows.append(
+                {
+                    "name": name,
+                    "version": entry.get("version", ""),
+                    "state": entry.get("state", ""),
+                    "backend": backend_name(config) if config is not None else "",
+                    "platform": config.platform if config is not None else "",
+                    "max_batch_size": config.max_batch_size if config is not None else None,
+                    "reason": entry.get("reason", ""),
+                }
+            )
+        return rows
+
+    def _config_for_row(self, name: str, ready: bool) -> ModelConfig | None:
+        """The served config, else the one on disk (a model that failed to load has none)."""
+        try:
+            return (
+                self.http.config(name)
+                if ready
+                else read_config(self.model_dir(name) / "config.pbtxt")
+            )
+        except WorkbenchError:
+            return None
+
+    def config(self, name: str, version: str = "") -> ModelConfig:
+        """The model's configuration as the server sees it (defaults filled in)."""
+        return self.http.config(name, version)
+
+    def infer(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None = None,
+        version: str = "",
+    ) -> dict[str, np.ndarray]:
+        """One inference; ``inputs`` maps names to arrays (lists and strings are accepted)."""
+        return self.http.infer(name, inputs, outputs, version)
+
+    def load(self, name: str, config: ModelConfig | str | None = None) -> None:
+        """Load or reload ``name``; ``config`` (a ModelConfig or pbtxt text) overrides the
+        file on disk for this load, as Triton's load API does. A failure keeps what was serving
+        and raises with the server's reason."""
+        if isinstance(config, str):
+            config = parse_pbtxt(config, source=f"{name} (config override)")
+        try:
+            self.http.load(name, config)
+        except WorkbenchError as exc:
+            raise type(exc)(self._with_reason(name, str(exc))) from None
+
+    def _with_reason(self, name: str, message: str) -> str:
+        """Add what the index or the embedded server knows when Triton's answer is generic."""
+        reason = self.http.reason(name)
+        record = self.server.core.models.record(name) if self.server.core is not None else None
+        if not reason and record is not None:
+            reason = record.reason
+        return f"{message.rstrip()}: {reason}" if reason and reason not in message else message
+
+    def unload(self, name: str) -> None:
+        """Unload ``name`` (it stays in the repository, UNAVAILABLE)."""
+        self.http.unload(name)
+
+    def stats(self, name: str = "", version: str = "") -> Any:
+        """Inference statistics per model version as a DataFrame (all models by default);
+        durations are averages per request in microseconds."""
+        return tables.to_frame(self.http.statistics(name, version), STATS_COLUMNS)
+
+    def model_dir(self, name: str) -> Path:
+        """The model's folder in the repository."""
+        path = self.repository / name
+        if not (path / "config.pbtxt").is_file():
+            raise NotFoundError(f"model '{name}' has no config.pbtxt in '{self.repository}'")
+        return path
+
+    # -- editing and adding models -------------------------------------------------------------
+    def edit(self, name: str) -> ConfigEditor:
+        """A ``ConfigEditor`` for the model's ``config.pbtxt`` (a widget in a notebook)."""
+        return ConfigEditor(name, self.model_dir(name), reload=self.load)
+
+    def dag(self, name: str) -> Any:
+        """The ensemble ``name`` as a plotly figure: inputs, steps and outputs in topological
+        layers, tensors on the edges, the validator's problems in red, per-step times from
+        the statistics. Works on an ensemble that does not load (its config is read from disk).
+        """
+        from workbench.notebook.dag_figure import draw_graph
+        from workbench.notebook.dag_source import ensemble_graph
+
+        return draw_graph(ensemble_graph(self, name))
+
+    def sweep(
+        self,
+        name: str,
+        *,
+        max_batch_size: int | Sequence[int] | None = None,
+        max_queue_delay_microseconds: int | Sequence[int] | None = None,
+        instance_count: int | Sequence[int] | None = None,
+        concurrency: int | Sequence[int] = (1, 4, 16),
+        duration_s: float = 3.0,
+        protocol: str = "http",
+        inputs: Mapping[str, Any] | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        warmup_s: float | None = None,
+        live: bool | None = None,
+    ) -> Any:
+        """Measure ``name`` at every combination of the config settings and concurrency levels
+        on a scratch copy (the model's files are untouched until ``result.apply_best()``).
+
+        Returns a ``SweepResult``. In a notebook the sweep runs in the background, drawn live
+        with a progress bar and a Stop button (``result.wait()`` blocks until it ends);
+        elsewhere, or with ``live=False``, this returns when it is done. Inputs are made up
+        from the model's metadata; dynamic dims need ``inputs=`` (arrays by input name) or
+        ``shapes=`` (dims without the batch dimension).
+        """
+        from workbench.notebook.sweep_session import run_sweep
+
+        settings = {
+            "max_batch_size": max_batch_size,
+            "max_queue_delay_microseconds": max_queue_delay_microseconds,
+            "instance_count": instance_count,
+        }
+        return run_sweep(
+            self,
+            name,
+            settings=settings,
+            concurrency=concurrency,
+            live=live,
+            inputs=inputs,
+            shapes=shapes,
+            duration_s=duration_s,
+            protocol=protocol,
+            warmup_s=warmup_s,
+        )
+
+    def add_onnx(self, path: StrPath, name: str, **options: Any) -> Path:
+        """Copy an ONNX file into this repository with a generated config, and load it."""
+        folder = export_onnx(path, self.repository, name, **options)
+        self.load(name)
+        return folder
+
+    def add_torch(self, module: Any, example_inputs: Any, name: str, **options: Any) -> Path:
+        """Export a torch module into this repository (``via="onnx"|"torchscript"``), load it."""
+        folder = export_torch(module, example_inputs, self.repository, name, **options)
+        self.load(name)
+        return folder
+
+    @classmethod
+    def from_onnx(cls, path: StrPath, repository: StrPath, name: str, **options: Any) -> Workbench:
+        """Write the ONNX model into ``repository`` (generated config) and serve it."""
+        export_onnx(path, repository, name, **options)
+        return cls(repository)
+
+    @classmethod
+    def from_torch(
+        cls,
+        module: Any,
+        example_inputs: Any,
+        repository: StrPath,
+        name: str,
+        *,
+        via: str = "onnx",
+        **options: Any,
+    ) -> Workbench:
+        """Export ``module`` into ``repository`` via ONNX or TorchScript and serve it."""
+        export_torch(module, example_inputs, repository, name, via=via, **options)
+        return cls(repository)
+
+    # -- display -------------------------------------------------------------------------------
+    def _endpoint_rows(self) -> list[dict[str, str]]:
+        endpoints = [("HTTP", self.url), ("gRPC", self.grpc_url), ("metrics", self.metrics_url)]
+        return [{"endpoint": kind, "url": url} for kind, url in endpoints if url]
+
+    def _display_models(self) -> list[dict[str, Any]] | str:
+        if not self.running:
+            return "stopped"
+        try:
+            return self._model_rows()
+        except WorkbenchError as exc:
+            return f"models unavailable: {exc}"
+
+    def __repr__(self) -> str:
+        head = f"Workbench('{self.repository}', {'running' if self.running else 'stopped'})"
+        models = self._display_models()
+        if isinstance(models, str):
+            return head
+        endpoints = tables.text_table(self._endpoint_rows(), ("endpoint", "url"))
+        return f"{head}\n{endpoints}\n\n{tables.text_table(models, MODEL_COLUMNS)}"
+
+    def _repr_html_(self) -> str:
+        title = f"<b>Workbench</b> <code>{html.escape(str(self.repository))}</code>"
+        models = self._display_models()
+        if isinstance(models, str):
+            return f"{title} ({html.escape(models)})"
+        endpoints = tables.html_table(self._endpoint_rows(), ("endpoint", "url"))
+        return f"{title}{endpoints}{tables.html_table(models, MODEL_COLUMNS)}"
+
+
+__all__ = ["MODEL_COLUMNS", "Workbench"]

@@ -1,0 +1,74 @@
+"""``ModelInfer``, and the request preparation it shares with ``ModelStreamInfer``.
+
+The checks run in Triton 2.51's order (``ModelInferHandler::Execute``): the version string,
+the model (and its transaction policy), the request parameters, the inputs and outputs; then
+the core validates the request against the model configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.service_pb2 import ModelInferRequest, ModelInferResponse
+
+from workbench.core.inference_core import InferenceCore
+from workbench.core.request import InferRequest, InferResponse
+from workbench.errors import UnsupportedError
+from workbench.server.classification import classify_outputs
+from workbench.server.grpc.parameters import RequestParameters, model_version
+from workbench.server.grpc.request_codec import decode_request
+from workbench.server.grpc.response_codec import encode_response
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """A decoded request with what its responses need: its model's config and parameters."""
+
+    request: InferRequest
+    parameters: RequestParameters
+    config: ModelConfig
+
+    @property
+    def decoupled(self) -> bool:
+        return bool(self.config.model_transaction_policy.decoupled)
+
+    def encode(
+        self, response: InferResponse, core: InferenceCore, limit: int
+    ) -> ModelInferResponse:
+        """One response as its message, after the classification extension."""
+        classify_outputs(core, self.request, response, self.config.max_batch_size > 0)
+        filtered = self.request if self.decoupled else None
+        return encode_response(response, filtered, limit)
+
+
+def model_config_of(core: InferenceCore, message: ModelInferRequest) -> tuple[str, ModelConfig]:
+    """The checked version string and the config of the model a request names."""
+    version = model_version(message.model_version)
+    return version, core.model_config(message.model_name, version)
+
+
+def prepare(message: ModelInferRequest, version: str, config: ModelConfig) -> PreparedRequest:
+    request, parameters = decode_request(message, version)
+    return PreparedRequest(request, parameters, config)
+
+
+class InferHandler:
+    """Serves ``ModelInfer`` on one core."""
+
+    def __init__(self, core: InferenceCore, limit: int) -> None:
+        self.core = core
+        self.limit = limit
+
+    async def __call__(self, message: ModelInferRequest) -> ModelInferResponse:
+        version, config = model_config_of(self.core, message)
+        if config.model_transaction_policy.decoupled:
+            raise UnsupportedError(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        prepared = prepare(message, version, config)
+        response = await self.core.infer(prepared.request)
+        return prepared.encode(response, self.core, self.limit)
+
+
+__all__ = ["InferHandler", "PreparedRequest", "model_config_of", "prepare"]

@@ -1,0 +1,213 @@
+"""``ModelStreamInfer``: a bidirectional stream of requests and their responses.
+
+What Triton 2.51 does (``src/grpc/stream_infer_handler.cc``), and so what this does:
+
+- Requests are served concurrently as they arrive. Responses of models that are not decoupled
+  go out in the order their requests came; a decoupled model's responses go out as they come,
+  several per request.
+- Every response carries the ``triton_final_response`` parameter (true on a request's last
+  one). A decoupled model's bare "final" flag sends nothing, unless the request set
+  ``triton_enable_empty_final_response``: then an empty response marks the end.
+- A request that cannot be issued (bad version, unknown model, bad parameters or inputs) gets
+  a response with ``error_message`` and only the request id. A model's error gets
+  ``error_message`` with the request's model name and version and the final flag. Neither
+  ends the stream, unless the client sent the ``triton_grpc_error: true`` header: then a
+  model's error ends the stream with its gRPC status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from tritonclient.grpc.service_pb2 import (
+    ModelInferRequest,
+    ModelInferResponse,
+    ModelStreamInferResponse,
+)
+
+from workbench.core.inference_core import InferenceCore
+from workbench.core.request import InferResponse
+from workbench.errors import InvalidArgumentError, WorkbenchError
+from workbench.server.grpc.inference import PreparedRequest, model_config_of, prepare
+from workbench.server.grpc.response_codec import set_final
+from workbench.server.status import error_message, grpc_status
+
+log = logging.getLogger("workbench.server.grpc")
+GRPC_ERROR_HEADER = "triton_grpc_error"
+
+
+@dataclass(slots=True)
+class _Abort:
+    """End the stream with this error's status (``triton_grpc_error`` mode)."""
+
+    error: BaseException
+
+
+_Item: TypeAlias = "ModelStreamInferResponse | _Abort | None"
+
+
+class StreamSession:
+    """One ``ModelStreamInfer`` call: reads requests, serves each, writes responses in turn."""
+
+    def __init__(self, core: InferenceCore, context: Any, limit: int) -> None:
+        self.core = core
+        self.context = context
+        self.limit = limit
+        self.grpc_errors = _header(context, GRPC_ERROR_HEADER) == "true"
+        self._out: asyncio.Queue[_Item] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: done when the previous in-order (not decoupled) request's response was queued
+        self._turn: asyncio.Future[None] | None = None
+
+    async def run(self, requests: AsyncIterable[ModelInferRequest]) -> None:
+        """Serve the stream until the client is done and every response is written."""
+        reader = asyncio.ensure_future(self._read(requests))
+        try:
+            while (item := await self._out.get()) is not None:
+                if isinstance(item, _Abort):
+                    await self.context.abort(grpc_status(item.error), error_message(item.error))
+                await self.context.write(item)
+        finally:
+            reader.cancel()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(reader, *self._tasks, return_exceptions=True)
+
+    async def _read(self, requests: AsyncIterable[ModelInferRequest]) -> None:
+        async for message in requests:
+            task = asyncio.ensure_future(self._serve(message, self._claim_turn(message)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._out.put_nowait(None)
+
+    def _claim_turn(self, message: ModelInferRequest) -> tuple[Any, Any]:
+        """The turn to wait for and the one to give, for a request that is not decoupled."""
+        if self._is_decoupled(message):
+            return None, None
+        previous, mine = self._turn, asyncio.get_running_loop().create_future()
+        self._turn = mine
+        return previous, mine
+
+    def _is_decoupled(self, message: ModelInferRequest) -> bool:
+        try:
+            _, config = model_config_of(self.core, message)
+        except WorkbenchError:
+            return False
+        return bool(config.model_transaction_policy.decoupled)
+
+    async def _serve(self, message: ModelInferRequest, turn: tuple[Any, Any]) -> None:
+        previous, mine = turn
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            await self._respond(message)
+        except Exception as exc:  # noqa: BLE001 - a bug fails this request, not the stream
+            log.exception("unexpected error in a gRPC stream", exc_info=exc)
+            self._put(_failed(message, exc))
+        finally:
+            if mine is not None and not mine.done():
+                mine.set_result(None)
+
+    async def _respond(self, message: ModelInferRequest) -> None:
+        try:
+            version, config = model_config_of(self.core, message)
+            prepared = prepare(message, version, config)
+            responses = self.core.infer_stream(prepared.request)
+        except WorkbenchError as exc:
+            self._put(_not_issued(message, exc))
+            return
+        try:
+            async with _closing(responses):
+                async for response in responses:
+                    self._send(prepared, response, message)
+        except WorkbenchError as exc:
+            self._model_error(prepared, message, exc)
+
+    def _send(
+        self, prepared: PreparedRequest, response: InferResponse, message: ModelInferRequest
+    ) -> None:
+        final = response.final or not prepared.decoupled
+        if prepared.decoupled and _is_flag_only(response):
+            if prepared.parameters.empty_final_response:
+                self._put(ModelStreamInferResponse(infer_response=_request_echo(message, final)))
+            return
+        encoded = set_final(prepared.encode(response, self.core, self.limit), final)
+        self._put(ModelStreamInferResponse(infer_response=encoded))
+
+    def _model_error(
+        self, prepared: PreparedRequest, message: ModelInferRequest, error: WorkbenchError
+    ) -> None:
+        if not prepared.decoupled and isinstance(error, InvalidArgumentError):
+            # The core checks a request against its model when it is issued: Triton's
+            # "could not issue" answer, which never ends the stream.
+            self._put(_not_issued(message, error))
+        elif self.grpc_errors:
+            self._put(_Abort(error))
+        else:
+            self._put(_failed(message, error))
+
+    def _put(self, item: _Item) -> None:
+        self._out.put_nowait(item)
+
+
+def _header(context: Any, key: str) -> str | None:
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return str(value)
+    return None
+
+
+def _is_flag_only(response: InferResponse) -> bool:
+    """A final flag that carries no response (Triton's ``COMPLETE_FINAL`` without one)."""
+    return response.final and not response.outputs and not response.parameters
+
+
+def _request_echo(message: ModelInferRequest, final: bool) -> ModelInferResponse:
+    """An empty response naming the request (its id, model name and version as sent)."""
+    response = ModelInferResponse(
+        model_name=message.model_name, model_version=message.model_version, id=message.id
+    )
+    return set_final(response, final)
+
+
+def _not_issued(message: ModelInferRequest, error: BaseException) -> ModelStreamInferResponse:
+    return ModelStreamInferResponse(
+        error_message=error_message(error), infer_response=ModelInferResponse(id=message.id)
+    )
+
+
+def _failed(message: ModelInferRequest, error: BaseException) -> ModelStreamInferResponse:
+    return ModelStreamInferResponse(
+        error_message=error_message(error), infer_response=_request_echo(message, True)
+    )
+
+
+@contextlib.asynccontextmanager
+async def _closing(responses: AsyncIterator[InferResponse]) -> AsyncIterator[None]:
+    """Close the core's iterator however the loop over it ends (a cancelled stream too)."""
+    try:
+        yield
+    finally:
+        close = getattr(responses, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def serve_stream(
+    core: InferenceCore,
+    requests: AsyncIterable[ModelInferRequest],
+    context: Any,
+    limit: int,
+) -> None:
+    """Serve one ``ModelStreamInfer`` call."""
+    await StreamSession(core, context, limit).run(requests)
+
+
+__all__ = ["GRPC_ERROR_HEADER", "StreamSession", "serve_stream"]
