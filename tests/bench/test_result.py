@@ -1,0 +1,165 @@
+"""SweepResult: table, figure, best config as a diff, apply through an editor, save/load."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.bench import SweepResult
+from workbench.config import parse_pbtxt
+from workbench.errors import InvalidArgumentError, UnavailableError
+
+BASE = parse_pbtxt(
+    'name: "m" backend: "onnxruntime" max_batch_size: 8 '
+    'input { name: "X" data_type: TYPE_FP32 dims: [4] } '
+    'output { name: "Y" data_type: TYPE_FP32 dims: [3] } '
+    "dynamic_batching { max_queue_delay_microseconds: 100 } "
+    "instance_group { count: 1 kind: KIND_CPU }"
+)
+
+
+def row(mbs: int, count: int, concurrency: int, throughput: float, p99: float) -> dict:
+    return {
+        "config": f"max_batch_size={mbs}, instance_count={count}",
+        "max_batch_size": mbs,
+        "instance_count": count,
+        "concurrency": concurrency,
+        "throughput": throughput,
+        "p50_ms": p99 / 2,
+        "p90_ms": p99 * 0.8,
+        "p95_ms": p99 * 0.9,
+        "p99_ms": p99,
+        "avg_ms": p99 / 2,
+        "requests": int(throughput),
+        "errors": 0,
+        "queue_us": 10.0,
+        "compute_input_us": 1.0,
+        "compute_infer_us": 100.0,
+        "compute_output_us": 1.0,
+        "error": "",
+    }
+
+
+ROWS = [
+    row(8, 1, 1, 300.0, 4.0),
+    row(8, 1, 8, 900.0, 15.0),
+    row(8, 2, 1, 320.0, 3.5),
+    row(8, 2, 8, 1200.0, 25.0),
+]
+
+
+def result() -> SweepResult:
+    return SweepResult("m", BASE, ["instance_count", "max_batch_size"], ROWS)
+
+
+def test_df_has_one_row_per_point_and_the_issue_columns() -> None:
+    df = result().df
+    assert len(df) == 4
+    assert list(df.columns[:4]) == ["config", "max_batch_size", "instance_count", "concurrency"]
+    for column in (
+        "throughput",
+        "p50_ms",
+        "p90_ms",
+        "p95_ms",
+        "p99_ms",
+        "queue_us",
+        "compute_input_us",
+        "compute_infer_us",
+        "compute_output_us",
+        "errors",
+    ):
+        assert column in df.columns
+
+
+def test_best_is_a_config_diff() -> None:
+    best = result().best(p99_ms=20)
+    assert dict(best.settings) == {"max_batch_size": 8, "instance_count": 1}
+    assert best.concurrency == 8 and best.metrics["throughput"] == 900.0
+    assert best.diff == ""  # the base config already has these settings
+    best = result().best()
+    assert dict(best.settings)["instance_count"] == 2
+    assert "-  count: 1\n+  count: 2" in best.diff
+    assert best.config.instance_group[0].count == 2
+    assert "instance_count=2 at concurrency 8: 1200.0 infer/s, p99 25.00 ms" in str(best)
+
+
+def test_figure_has_one_curve_per_config() -> None:
+    figure = result().figure
+    assert [trace.name for trace in figure.data] == [
+        "max_batch_size=8, instance_count=1",
+        "max_batch_size=8, instance_count=2",
+    ]
+    assert list(figure.data[1].x) == [320.0, 1200.0] and list(figure.data[1].y) == [3.5, 25.0]
+
+
+def test_rows_without_latency_stay_off_the_figure() -> None:
+    failed = dict(ROWS[0], p99_ms=math.nan, error="did not load", config="broken")
+    figure = SweepResult("m", BASE, [], [failed]).figure
+    assert len(figure.data) == 0
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    original = result()
+    path = original.save(tmp_path / "sweep.json")
+    loaded = SweepResult.load(path)
+    assert loaded.rows == original.rows and loaded.axes == original.axes
+    assert loaded.base_config == BASE
+    assert loaded.best().diff == original.best().diff
+
+
+def test_load_refuses_other_files(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text('{"rows": []}')
+    with pytest.raises(InvalidArgumentError, match="is not a saved sweep result"):
+        SweepResult.load(path)
+
+
+class FakeEditor:
+    def __init__(self) -> None:
+        self.config = parse_pbtxt(str(BASE).replace("max_batch_size: 8", "max_batch_size: 16"))
+        self.applied: list[Any] = []
+
+    def apply(self) -> None:
+        self.applied.append(self.config)
+
+
+class FakeBench:
+    def __init__(self) -> None:
+        self.editors: dict[str, FakeEditor] = {}
+
+    def edit(self, name: str) -> FakeEditor:
+        return self.editors.setdefault(name, FakeEditor())
+
+
+def test_apply_best_goes_through_the_editor_onto_the_current_file() -> None:
+    bench = FakeBench()
+    best = result().apply_best(bench, p99_ms=20)
+    editor = bench.editors["m"]
+    assert len(editor.applied) == 1
+    # the chosen settings, on top of what the editor read from disk
+    assert editor.config.max_batch_size == 8 and editor.config.instance_group[0].count == 1
+    assert best.concurrency == 8
+
+
+def test_apply_best_needs_a_bench() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"result.apply_best\(bench\)"):
+        result().apply_best()
+
+
+def test_a_running_result_waits_and_reports_how_it_ended() -> None:
+    running = SweepResult("m", BASE, [], finished=False)
+    assert running.running and "running" in repr(running)
+    with pytest.raises(UnavailableError, match="still running"):
+        running.wait(timeout_s=0.01)
+    ended: list[SweepResult] = []
+    running.on_finish(ended.append)
+    threading.Timer(0.05, running.finish, args=(RuntimeError("server went away"),)).start()
+    with pytest.raises(RuntimeError, match="server went away"):
+        running.wait(timeout_s=10)
+    assert ended == [running] and not running.running
+    running.stop()
+    assert running.stop_event.is_set()

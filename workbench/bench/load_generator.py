@@ -1,0 +1,145 @@
+"""A closed-loop async load generator over Triton's public HTTP or gRPC API.
+
+``concurrency`` workers each send a request, wait for its answer and send the next one, for
+``duration_s`` (perf_analyzer's concurrency mode). Failed requests are counted with their
+message and the loop goes on, so one bad point never ends a sweep. The clients are
+``tritonclient.http.aio`` and ``tritonclient.grpc.aio``, so the same code drives real Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import InvalidArgumentError
+
+PROTOCOLS = ("http", "grpc")
+PERCENTILES = (50, 90, 95, 99)
+
+Send = Callable[[], Awaitable[Any]]
+
+
+@dataclass
+class LoadResult:
+    """What the client saw during one closed-loop run."""
+
+    concurrency: int
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+    first_error: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Successful inferences per second."""
+        return len(self.latencies_s) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def percentiles_ms(self) -> dict[str, float]:
+        """``p50_ms`` ... ``p99_ms`` and ``avg_ms`` of the successful requests (NaN if none)."""
+        if not self.latencies_s:
+            return {f"p{p}_ms": float("nan") for p in PERCENTILES} | {"avg_ms": float("nan")}
+        values = np.asarray(self.latencies_s) * 1000.0
+        found = {f"p{p}_ms": float(np.percentile(values, p)) for p in PERCENTILES}
+        return found | {"avg_ms": float(values.mean())}
+
+
+async def closed_loop(
+    send: Send,
+    concurrency: int,
+    duration_s: float,
+    stop: threading.Event | None = None,
+) -> LoadResult:
+    """Run ``concurrency`` workers calling ``send()`` back to back for ``duration_s``.
+
+    Requests already sent when time is up are waited for and counted, so the server-side
+    statistics read afterwards cover exactly the requests measured here.
+    """
+    result = LoadResult(concurrency)
+    clock = time.perf_counter
+    deadline = clock() + duration_s
+
+    def going() -> bool:
+        return clock() < deadline and not (stop is not None and stop.is_set())
+
+    async def worker() -> None:
+        while going():
+            started = clock()
+            try:
+                await send()
+            except Exception as exc:  # any failure is recorded and the load goes on
+                result.errors += 1
+                result.first_error = result.first_error or _message(exc)
+                await asyncio.sleep(0)  # a server refusing at once must not starve the loop
+                continue
+            result.latencies_s.append(clock() - started)
+
+    began = clock()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    result.elapsed_s = clock() - began
+    return result
+
+
+def _message(exc: Exception) -> str:
+    message = getattr(exc, "message", None)
+    text = message() if callable(message) else str(exc)
+    return text or type(exc).__name__
+
+
+def _wire_array(array: np.ndarray, datatype: str) -> np.ndarray:
+    if datatype != "BYTES":
+        from workbench.config.dtypes import numpy_dtype
+
+        return np.ascontiguousarray(array, dtype=numpy_dtype(datatype))
+    flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
+    return np.array(flat, dtype=np.object_).reshape(array.shape)
+
+
+class InferSender:
+    """One model's request, ready to be sent again and again over one protocol."""
+
+    def __init__(
+        self,
+        protocol: str,
+        url: str,
+        model: str,
+        arrays: Mapping[str, np.ndarray],
+        datatypes: Mapping[str, str],
+        outputs: Sequence[str],
+        connections: int = 64,
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise InvalidArgumentError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        self.model = model
+        if protocol == "http":
+            import tritonclient.http as module
+            import tritonclient.http.aio as aio
+
+            self._client: Any = aio.InferenceServerClient(url=url, conn_limit=connections)
+            self._outputs = [module.InferRequestedOutput(o, binary_data=True) for o in outputs]
+        else:
+            import tritonclient.grpc as module
+            import tritonclient.grpc.aio as aio
+
+            self._client = aio.InferenceServerClient(url=url)
+            self._outputs = [module.InferRequestedOutput(o) for o in outputs]
+        self._inputs = []
+        for name, array in arrays.items():
+            wire = _wire_array(array, datatypes[name])
+            tensor = module.InferInput(name, list(wire.shape), datatypes[name])
+            tensor.set_data_from_numpy(wire)
+            self._inputs.append(tensor)
+
+    async def __call__(self) -> Any:
+        return await self._client.infer(self.model, self._inputs, outputs=self._outputs)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+__all__ = ["PERCENTILES", "PROTOCOLS", "InferSender", "LoadResult", "closed_loop"]

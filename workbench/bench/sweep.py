@@ -1,0 +1,244 @@
+"""Run a sweep: for each configuration point, reconfigure a scratch copy, reload, warm up, and
+measure each concurrency level with the closed-loop load generator.
+
+Everything goes over Triton's public API (HTTP for control and statistics, HTTP or gRPC for
+inference), so a sweep measures a real tritonserver the same way. The sweep is one coroutine;
+``start_sweep`` runs it on its own thread and loop, so a notebook kernel's loop is never
+blocked, and listeners hear of every measured row as it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.bench.load_generator import InferSender, LoadResult, closed_loop
+from workbench.bench.plan import SweepPoint, apply_settings
+from workbench.bench.result import SweepResult
+from workbench.bench.scratch import make_scratch, remove_scratch, write_scratch_config
+from workbench.bench.server_stats import PHASES, StatsSnapshot
+from workbench.bench.synthetic_inputs import synthesize_inputs
+from workbench.config import ModelConfig, validate
+from workbench.errors import InvalidArgumentError, WorkbenchError
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to measure and how."""
+
+    model: str
+    model_dir: Path
+    points: Sequence[SweepPoint]
+    concurrency: Sequence[int]
+    duration_s: float = 3.0
+    warmup_s: float = 0.5
+    protocol: str = "http"
+    inputs: Mapping[str, Any] | None = None
+    shapes: Mapping[str, Sequence[int]] | None = None
+
+    @property
+    def measurements(self) -> int:
+        return len(self.points) * len(self.concurrency)
+
+    @property
+    def reconfigures(self) -> bool:
+        """Whether any point changes the config (else the model is measured as it serves)."""
+        return any(point.settings for point in self.points)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the server is: ``host:port`` for HTTP and gRPC, and its repository folder."""
+
+    http: str
+    repository: Path
+    grpc: str | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reported after every measured row."""
+
+    done: int
+    total: int
+    elapsed_s: float
+    row: Mapping[str, Any]
+
+    @property
+    def eta_s(self) -> float:
+        return self.elapsed_s / self.done * (self.total - self.done) if self.done else float("nan")
+
+
+Listener = Callable[[Progress], None]
+
+
+@dataclass
+class SweepRunner:
+    """One sweep over ``endpoints``, filling ``result`` row by row."""
+
+    spec: SweepSpec
+    endpoints: Endpoints
+    result: SweepResult
+    listeners: list[Listener] = field(default_factory=list)
+    _started: float = 0.0
+
+    async def run(self) -> SweepResult:
+        import tritonclient.http.aio as aio
+
+        self._started = time.perf_counter()
+        control = aio.InferenceServerClient(url=self.endpoints.http)
+        target, scratch = self.spec.model, None
+        try:
+            if self.spec.reconfigures:
+                scratch = make_scratch(self.spec.model_dir, self.endpoints.repository, target)
+                target = scratch.name
+            for point in self.spec.points:
+                if self.result.stop_event.is_set():
+                    break
+                await self._measure_point(control, point, target, scratch)
+        finally:
+            if scratch is not None:
+                await _quietly(control.unload_model(scratch.name))
+                remove_scratch(scratch)
+            await control.close()
+        return self.result
+
+    async def _measure_point(
+        self, control: Any, point: SweepPoint, target: str, scratch: Path | None
+    ) -> None:
+        try:
+            if scratch is not None:
+                await self._reconfigure(control, point, scratch)
+            sender = await self._sender(control, target)
+        except InvalidArgumentError:
+            raise  # a usage error (inputs cannot be made) is the same for every point
+        except Exception as exc:  # the point fails, the sweep goes on
+            for concurrency in self.spec.concurrency:
+                self._record(_failed_row(point, concurrency, _text(exc)))
+            return
+        try:
+            stop = self.result.stop_event
+            await closed_loop(sender, max(self.spec.concurrency), self.spec.warmup_s, stop)
+            for concurrency in self.spec.concurrency:
+                if stop.is_set():
+                    break
+                before = await _snapshot(control, target)
+                load = await closed_loop(sender, concurrency, self.spec.duration_s, stop)
+                after = await _snapshot(control, target)
+                self._record(_measured_row(point, load, before, after))
+        finally:
+            await sender.close()
+
+    async def _reconfigure(self, control: Any, point: SweepPoint, scratch: Path) -> None:
+        config = apply_settings(self.result.base_config, point.as_dict())
+        config.name = scratch.name
+        problems = validate(config, model_name=scratch.name, model_path=scratch)
+        if problems:
+            raise WorkbenchError("invalid configuration: " + "; ".join(map(str, problems)))
+        write_scratch_config(scratch, config)
+        await control.load_model(scratch.name)
+
+    async def _sender(self, control: Any, target: str) -> InferSender:
+        metadata = await control.get_model_metadata(target)
+        config = await control.get_model_config(target)
+        arrays = synthesize_inputs(
+            metadata,
+            max_batch_size=int(config.get("max_batch_size", 0)),
+            inputs=self.spec.inputs,
+            shapes=self.spec.shapes,
+        )
+        url = self.endpoints.http
+        if self.spec.protocol == "grpc":
+            if not self.endpoints.grpc:
+                raise InvalidArgumentError("protocol='grpc' but the server has no gRPC endpoint")
+            url = self.endpoints.grpc
+        datatypes = {spec["name"]: spec["datatype"] for spec in metadata["inputs"]}
+        outputs = [spec["name"] for spec in metadata["outputs"]]
+        connections = max(self.spec.concurrency)
+        return InferSender(self.spec.protocol, url, target, arrays, datatypes, outputs, connections)
+
+    def _record(self, row: dict[str, Any]) -> None:
+        self.result.rows.append(row)
+        progress = Progress(
+            len(self.result.rows),
+            self.spec.measurements,
+            time.perf_counter() - self._started,
+            row,
+        )
+        for listener in list(self.listeners):
+            listener(progress)
+
+
+async def _quietly(call: Any) -> None:
+    try:
+        await call
+    except Exception:  # cleaning up after a sweep must not hide its result
+        return
+
+
+async def _snapshot(control: Any, model: str) -> StatsSnapshot:
+    return StatsSnapshot.from_response(await control.get_inference_statistics(model), model)
+
+
+def _text(exc: BaseException) -> str:
+    message = getattr(exc, "message", None)
+    return (message() if callable(message) else str(exc)) or type(exc).__name__
+
+
+def _point_columns(point: SweepPoint, concurrency: int) -> dict[str, Any]:
+    return {"config": point.label, **point.as_dict(), "concurrency": concurrency}
+
+
+def _failed_row(point: SweepPoint, concurrency: int, error: str) -> dict[str, Any]:
+    nan = float("nan")
+    row = _point_columns(point, concurrency)
+    row.update({"throughput": 0.0, "requests": 0, "errors": 0, "error": error})
+    row.update({key: nan for key in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms")})
+    row.update({f"{phase}_us": nan for phase in PHASES})
+    return row
+
+
+def _measured_row(
+    point: SweepPoint, load: LoadResult, before: StatsSnapshot, after: StatsSnapshot
+) -> dict[str, Any]:
+    row = _point_columns(point, load.concurrency)
+    row["throughput"] = load.throughput
+    row.update(load.percentiles_ms())
+    row["requests"] = len(load.latencies_s)
+    row["errors"] = load.errors
+    row.update(after.per_request_us(before))
+    row["error"] = load.first_error
+    return row
+
+
+def start_sweep(runner: SweepRunner) -> threading.Thread:
+    """Run the sweep on a thread of its own (with its own event loop); the result is
+    marked finished when it ends, with the error if one ended it."""
+
+    def main() -> None:
+        try:
+            asyncio.run(runner.run())
+        except BaseException as exc:  # handed to whoever waits on the result
+            runner.result.finish(exc)
+        else:
+            runner.result.finish()
+
+    thread = threading.Thread(target=main, name=f"workbench-sweep-{runner.spec.model}")
+    thread.daemon = True
+    thread.start()
+    return thread
+
+
+def base_config(model_dir: Path) -> ModelConfig:
+    """The model's configuration as on disk: what the sweep varies and what diffs compare to."""
+    from workbench.config import read_config
+
+    return read_config(model_dir / "config.pbtxt")
+
+
+__all__ = ["Endpoints", "Progress", "SweepRunner", "SweepSpec", "base_config", "start_sweep"]

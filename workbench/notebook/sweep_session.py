@@ -1,0 +1,88 @@
+"""``Workbench.sweep``: check the request, start the sweep, and show it live in a notebook.
+
+In a kernel (with ipywidgets and plotly) the sweep runs on its own thread and this returns at
+once with the running ``SweepResult``, shown as a ``SweepView``; elsewhere (plain python,
+``live=False``) it blocks and returns the finished result. Both run the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from workbench.bench import Endpoints, SweepResult, plan_points, sweep
+from workbench.bench.plan import plan_concurrency
+from workbench.bench.synthetic_inputs import synthesize_inputs
+
+if TYPE_CHECKING:
+    from workbench.notebook.workbench import Workbench
+
+
+def in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel that can show widgets."""
+    try:
+        import ipywidgets  # noqa: F401
+        import plotly  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _check_inputs(
+    bench: Workbench,
+    name: str,
+    inputs: Mapping[str, Any] | None,
+    shapes: Mapping[str, Sequence[int]] | None,
+) -> None:
+    """Fail now, in the caller's cell, when request inputs cannot be made for the model."""
+    if not any(
+        entry.get("name") == name and entry.get("state") == "READY" for entry in bench.http.index()
+    ):
+        return  # the sweep reports it per point
+    metadata = bench.http.metadata(name)
+    config = bench.http.config(name)
+    synthesize_inputs(metadata, max_batch_size=config.max_batch_size, inputs=inputs, shapes=shapes)
+
+
+def run_sweep(
+    bench: Workbench,
+    name: str,
+    *,
+    settings: Mapping[str, Any],
+    concurrency: int | Sequence[int],
+    live: bool | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    **options: Any,
+) -> SweepResult:
+    """Run a sweep of ``name`` on ``bench`` (see ``Workbench.sweep``)."""
+    model_dir = bench.model_dir(name)
+    total = len(plan_points(settings)) * len(plan_concurrency(concurrency))
+    _check_inputs(bench, name, inputs, shapes)
+    endpoints = Endpoints(bench.server.http_address, bench.repository, bench.grpc_url)
+    common: dict[str, Any] = {
+        "settings": settings,
+        "concurrency": concurrency,
+        "inputs": inputs,
+        "shapes": shapes,
+        **options,
+    }
+    if not (in_kernel() if live is None else live):
+        result = sweep(name, model_dir, endpoints, wait=True, **common)
+        result.bench = bench
+        return result
+    from IPython.display import display
+
+    from workbench.notebook.sweep_view import SweepView
+
+    view = SweepView(total, title=f"sweep of '{name}': p99 latency vs throughput")
+    result = sweep(name, model_dir, endpoints, listeners=[view.update], wait=False, **common)
+    result.bench = bench
+    view.attach(result)
+    display(view.root)
+    return result
+
+
+__all__ = ["in_kernel", "run_sweep"]
