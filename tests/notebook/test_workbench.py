@@ -50,16 +50,23 @@ def test_endpoints_are_ephemeral_loopback(bench: Workbench) -> None:
         bench.client("websocket")
 
 
-def test_grpc_client_follows_the_server(bench: Workbench) -> None:
-    if bench.grpc_url is None:
-        with pytest.raises(UnavailableError, match="no gRPC endpoint"):
-            bench.client("grpc")
-        return
+def test_grpc_client_and_metrics_follow_the_server(bench: Workbench) -> None:
+    assert bench.grpc_url == f"127.0.0.1:{bench.server.grpc_port}"
     client = bench.client("grpc")
     try:
         assert client.is_model_ready("linear")
     finally:
         client.close()
+    assert bench.metrics_url is not None
+    text = requests.get(bench.metrics_url, timeout=5).text
+    assert 'nv_inference_count{model="linear",version="1"}' in text
+
+
+def test_endpoints_turned_off_are_none(repository: Path) -> None:
+    with Workbench(repository, allow_grpc=False, allow_metrics=False) as bench:
+        assert bench.grpc_url is None and bench.metrics_url is None
+        with pytest.raises(UnavailableError, match="no gRPC endpoint"):
+            bench.client("grpc")
 
 
 def test_models_dataframe(bench: Workbench) -> None:

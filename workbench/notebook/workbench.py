@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import html
-import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,6 @@ from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
 
 MODEL_COLUMNS = ("name", "version", "state", "backend", "platform", "max_batch_size", "reason")
-
-
-def _endpoint_ports(**ports: int) -> dict[str, int]:
-    """The gRPC/metrics ports this ``Server`` takes (older ones serve HTTP only)."""
-    accepted = inspect.signature(Server.__init__).parameters
-    return {name: port for name, port in ports.items() if name in accepted}
 
 
 class Workbench:
@@ -58,11 +51,12 @@ class Workbench:
         self.repository = Path(repository)
         options: dict[str, Any] = {
             "http_port": http_port,
+            "grpc_port": grpc_port,
+            "metrics_port": metrics_port,
             "host": host,
             "model_control_mode": "explicit",
             "load_model": ["*"],
         }
-        options.update(_endpoint_ports(grpc_port=grpc_port, metrics_port=metrics_port))
         options.update(server_options)
         self.server = Server(self.repository, **options)
         self._http: TritonHttp | None = None
@@ -103,13 +97,13 @@ class Workbench:
 
     @property
     def grpc_url(self) -> str | None:
-        """``127.0.0.1:PORT`` of the gRPC endpoint, or None when the server has none."""
-        return getattr(self.server, "grpc_url", None)
+        """``127.0.0.1:PORT`` of the gRPC endpoint, or None when it is off (``allow_grpc``)."""
+        return self.server.grpc_url if self.server.grpc_port else None
 
     @property
     def metrics_url(self) -> str | None:
-        """The Prometheus metrics URL, or None when the server has none."""
-        return getattr(self.server, "metrics_url", None)
+        """The Prometheus metrics URL, or None when it is off (``allow_metrics``)."""
+        return self.server.metrics_url if self.server.metrics_port else None
 
     def client(self, protocol: str = "http") -> Any:
         """A new ``tritonclient`` client (``"http"`` or ``"grpc"``) pointed at this server."""
