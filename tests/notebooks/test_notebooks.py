@@ -40,6 +40,31 @@ def test_notebook_runs_headless(name: str) -> None:
         assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
 
 
+def test_promote_notebook_verifies_on_real_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    """05_promote.ipynb with real tritonserver found through ``$WORKBENCH_TRITONSERVER``."""
+    from tests.integration.peers import PeersUnavailable, prepare
+
+    try:
+        monkeypatch.setenv("WORKBENCH_TRITONSERVER", str(prepare().tritonserver))
+    except PeersUnavailable as error:
+        pytest.skip(f"real tritonserver unavailable: {str(error).splitlines()[-1]}")
+    notebook = nbformat.read(NOTEBOOKS / "05_promote.ipynb", as_version=4)
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=240,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute()  # the cells assert that both python models passed on real Triton
+    text = "".join(
+        o.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for o in cell.outputs
+    )
+    assert "verification passed on tritonserver 2.51.0" in text
+
+
 def test_kernel_shutdown_stops_the_server(tmp_path: Path) -> None:
     from tests.notebook.conftest import copy_linear
 

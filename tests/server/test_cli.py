@@ -16,14 +16,9 @@ import pytest
 import requests
 
 from tests.core.conftest import write_add_model
+from workbench.cli import build_parser, main
 from workbench.errors import InvalidArgumentError
-from workbench.server.cli import (
-    build_parser,
-    cache_size,
-    main,
-    rate_limit_resources,
-    server_from_args,
-)
+from workbench.server.cli import cache_size, rate_limit_resources, server_from_args
 from workbench.server.hosting import Server
 
 pytestmark = pytest.mark.integration

@@ -9,6 +9,7 @@ The server stops on ``stop()``, at interpreter exit and so when the kernel shuts
 from __future__ import annotations
 
 import atexit
+import collections
 import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,8 @@ from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
 
 MODEL_COLUMNS = ("name", "version", "state", "backend", "platform", "max_batch_size", "reason")
+#: requests kept per model for promote's verification replay
+HISTORY_LENGTH = 8
 
 
 class Workbench:
@@ -35,6 +38,10 @@ class Workbench:
     Models load in Triton's ``explicit`` control mode with ``--load-model=*``: everything in the
     repository loads at start, and ``load``/``unload``/``edit`` change what serves afterwards.
     ``server_options`` go to ``Server`` (``cache_size``, ``rate_limit``, ...).
+
+    ``engine="tritonserver"`` hosts real Triton instead (a ``tritonserver`` found as
+    ``workbench.export.find_tritonserver`` does, or the ``tritonserver=`` path), on ephemeral
+    loopback ports, its log in ``server.log_path``; it stops with ``stop()`` or the kernel.
     """
 
     def __init__(
@@ -46,9 +53,24 @@ class Workbench:
         grpc_port: int = 0,
         metrics_port: int = 0,
         start: bool = True,
+        engine: str = "workbench",
+        tritonserver: StrPath | None = None,
         **server_options: Any,
     ) -> None:
         self.repository = Path(repository)
+        self.engine = engine
+        #: the last sweep per model and recent ``infer`` inputs: ``promote`` evidence and replay
+        self.sweeps: dict[str, Any] = {}
+        self.history: dict[str, collections.deque[dict[str, Any]]] = {}
+        self._http: TritonHttp | None = None
+        self.server: Any
+        if engine != "workbench":
+            from workbench.notebook.engine import triton_engine
+
+            self.server = triton_engine(self.repository, engine, host, tritonserver, server_options)
+            if start:
+                self.start()
+            return
         options: dict[str, Any] = {
             "http_port": http_port,
             "grpc_port": grpc_port,
@@ -59,7 +81,6 @@ class Workbench:
         }
         options.update(server_options)
         self.server = Server(self.repository, **options)
-        self._http: TritonHttp | None = None
         if start:
             self.start()
 
@@ -175,7 +196,11 @@ class Workbench:
         version: str = "",
     ) -> dict[str, np.ndarray]:
         """One inference; ``inputs`` maps names to arrays (lists and strings are accepted)."""
-        return self.http.infer(name, inputs, outputs, version)
+        result = self.http.infer(name, inputs, outputs, version)
+        if not version:
+            recent = self.history.setdefault(name, collections.deque(maxlen=HISTORY_LENGTH))
+            recent.append(dict(inputs))
+        return result
 
     def load(self, name: str, config: ModelConfig | str | None = None) -> None:
         """Load or reload ``name``; ``config`` (a ModelConfig or pbtxt text) overrides the
@@ -258,7 +283,7 @@ class Workbench:
             "max_queue_delay_microseconds": max_queue_delay_microseconds,
             "instance_count": instance_count,
         }
-        return run_sweep(
+        result = run_sweep(
             self,
             name,
             settings=settings,
@@ -270,6 +295,42 @@ class Workbench:
             protocol=protocol,
             warmup_s=warmup_s,
         )
+        self.sweeps[name] = result
+        return result
+
+    # -- production ----------------------------------------------------------------------------
+    def promote(
+        self,
+        dest: StrPath,
+        models: Sequence[str] | None = None,
+        versions: Any = "latest",
+        **options: Any,
+    ) -> Any:
+        """Export the READY models (or ``models``, ensembles with their steps) to the
+        production repository ``dest`` and verify them on real Triton when a tritonserver is
+        found; returns a ``PromoteReport``. Options are those of ``workbench.export.promote``
+        (``on_conflict``, ``version_policy``, ``verify``, ``deploy``, ...); the sweeps run here
+        become the manifest's evidence and recent ``infer`` inputs are replayed."""
+        from workbench.export import promote
+
+        options.setdefault("sweeps", self.sweeps)
+        options.setdefault("requests", {k: list(v) for k, v in self.history.items()})
+        return promote(
+            self.repository,
+            dest,
+            models=models,
+            versions=versions,
+            server_address=self.server.http_address,
+            index=self.http.index(),
+            **options,
+        )
+
+    def compare(self, other: Workbench, name: str, **sweep_options: Any) -> Any:
+        """Sweep ``name`` here and on ``other`` (e.g. ``engine="tritonserver"``) with the same
+        options, one after the other; the ``EngineComparison``'s ``figure`` draws both."""
+        from workbench.notebook.engine_compare import compare_engines
+
+        return compare_engines([self, other], name, **sweep_options)
 
     def add_onnx(self, path: StrPath, name: str, **options: Any) -> Path:
         """Copy an ONNX file into this repository with a generated config, and load it."""

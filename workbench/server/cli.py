@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Callable, Sequence
 
-from workbench.errors import InvalidArgumentError, WorkbenchError
+from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
 
@@ -27,11 +26,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
-def _add_serve(commands: argparse._SubParsersAction) -> None:
-    serve = commands.add_parser(
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``workbench serve`` (tritonserver's flag names) to the command's subparsers."""
+    parser = commands.add_parser(
         "serve", help="serve a model repository (tritonserver-compatible flags)"
     )
-    flag = serve.add_argument
+    parser.set_defaults(handler=serve)
+    flag = parser.add_argument
     flag(
         "--model-repository",
         "--model-store",
@@ -199,15 +200,6 @@ def _is_int(text: str) -> bool:
     return text.removeprefix("-").isdigit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="workbench", description="Triton Workbench: a Triton-compatible model server."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    _add_serve(commands)
-    return parser
-
-
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
@@ -248,18 +240,3 @@ def server_from_args(args: argparse.Namespace) -> Server:
         metrics_interval_ms=args.metrics_interval_ms,
         metrics_config=args.metrics_config,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "serve":
-            return serve(args)
-    except WorkbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

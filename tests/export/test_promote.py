@@ -1,0 +1,202 @@
+"""promote() without real Triton: selection, production configs, hashes, versions, refusals,
+atomicity (a promote killed mid-way), fsspec URIs, the report and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.export.conftest import ALL_MODELS, snapshot
+from workbench.cli import main
+from workbench.config import read_config
+from workbench.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from workbench.export import PromoteReport, promote
+
+IN_PROCESS = 'parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }\n'
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_promotes_the_example_repository_with_hashes_and_clean_configs(
+    source: Path, tmp_path: Path
+) -> None:
+    config = source / "text_python" / "config.pbtxt"
+    config.write_text(config.read_text() + IN_PROCESS)
+    (source / "text_python" / "config.pbtxt.bak").write_text("old")
+    dest = tmp_path / "prod"
+
+    report = promote(source, dest, verify=False)
+
+    assert report.committed and sorted(m.model for m in report.models) == ALL_MODELS
+    assert sorted(p.name for p in dest.iterdir() if p.is_dir()) == ALL_MODELS
+    exported = read_config(dest / "text_python" / "config.pbtxt")
+    assert "WORKBENCH_IN_PROCESS" not in exported.parameters
+    assert read_config(dest / "postprocess" / "config.pbtxt").parameters["labels"].string_value
+    assert not (dest / "text_python" / "config.pbtxt.bak").exists()
+    manifest = json.loads((dest / "MANIFEST.json").read_text())
+    assert manifest["triton"]["schema_version"] == "2.51.0"
+    assert manifest["workbench_version"] and manifest["created"]
+    for name, entry in manifest["models"].items():
+        assert entry["config_sha256"] == _sha(dest / name / "config.pbtxt")
+        for version, detail in entry["versions"].items():
+            for relative, digest in detail["files"].items():
+                copied = dest / name / version / relative
+                assert digest == _sha(copied)
+                original = source / name / str(detail["source_version"]) / relative
+                assert copied.read_bytes() == original.read_bytes()  # byte for byte
+    text_python = manifest["models"]["text_python"]
+    assert text_python["removed_parameters"] == ["WORKBENCH_IN_PROCESS"]
+    assert (
+        "-  value {" in text_python["config_diff"]
+        or "WORKBENCH_IN_PROCESS" in (text_python["config_diff"])
+    )
+    assert text_python["source_path"] == str(source.resolve() / "text_python")
+    assert json.loads((dest / "PROMOTE_REPORT.json").read_text())["committed"] is True
+
+
+def test_an_ensemble_brings_its_composing_models(source: Path, tmp_path: Path) -> None:
+    report = promote(source, tmp_path / "prod", models=["text_classifier"], verify=False)
+    assert sorted(m.model for m in report.models) == [
+        "linear_onnx", "postprocess", "preprocess", "text_classifier",
+    ]  # fmt: skip
+
+
+def test_a_model_already_there_becomes_a_new_version(source: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "prod"
+    promote(source, dest, models=["text_python"], verify=False)
+    first = (dest / "text_python" / "1" / "model.py").read_bytes()
+
+    report = promote(source, dest, models=["text_python"], verify=False, version_policy="all")
+
+    assert report.models[0].versions == {1: 2} and report.models[0].action == "new version"
+    assert (dest / "text_python" / "1" / "model.py").read_bytes() == first
+    assert (dest / "text_python" / "2" / "model.py").is_file()
+    assert read_config(dest / "text_python" / "config.pbtxt").version_policy.HasField("all")
+    manifest = json.loads((dest / "MANIFEST.json").read_text())
+    assert sorted(manifest["models"]["text_python"]["versions"]) == ["1", "2"]
+    assert len(manifest["promotions"]) == 2
+    assert manifest["models"]["text_python"]["previous_config_diff"] is not None
+
+
+def test_specific_policy_names_the_promoted_version(source: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "prod"
+    promote(source, dest, models=["preprocess"], verify=False)
+    promote(source, dest, models=["preprocess"], verify=False, version_policy="specific")
+    policy = read_config(dest / "preprocess" / "config.pbtxt").version_policy
+    assert list(policy.specific.versions) == [2]
+
+
+def test_refusals_are_clear_and_leave_dest_unchanged(source: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "prod"
+    promote(source, dest, models=["text_python"], verify=False)
+    before = snapshot(dest)
+    with pytest.raises(AlreadyExistsError, match="'text_python' already exists"):
+        promote(source, dest, models=["text_python"], on_conflict="refuse", verify=False)
+    with pytest.raises(NotFoundError, match="'nope' has no config.pbtxt"):
+        promote(source, dest, models=["nope"], verify=False)
+    with pytest.raises(NotFoundError, match="no version 7"):
+        promote(source, dest, models=["text_python"], versions=[7], verify=False)
+    with pytest.raises(InvalidArgumentError, match="version_policy"):
+        promote(source, dest, version_policy="newest", verify=False)
+    with pytest.raises(InvalidArgumentError, match="on_conflict"):
+        promote(source, dest, on_conflict="overwrite", verify=False)
+    with pytest.raises(InvalidArgumentError, match="nothing to promote"):
+        promote(source, dest, index=[], verify=False)
+    assert snapshot(dest) == before
+    assert [p.name for p in tmp_path.iterdir() if ".promote-" in p.name] == []
+
+
+_KILLED_CHILD = """
+import sys, time
+from pathlib import Path
+import workbench.export.model_files as files
+from workbench.export import promote
+
+real = files.copy_hashed
+copied = []
+
+def slow_copy(source, target):
+    digest = real(source, target)
+    copied.append(target)
+    if len(copied) == 2:
+        Path(sys.argv[3]).write_text("staging")
+        time.sleep(60)
+    return digest
+
+files.copy_hashed = slow_copy
+promote(sys.argv[1], sys.argv[2], verify=False)
+"""
+
+
+def test_a_promote_killed_midway_leaves_dest_unchanged(source: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "prod"
+    promote(source, dest, models=["text_python"], verify=False)
+    before = snapshot(dest)
+    marker = tmp_path / "marker"
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_KILLED_CHILD), str(source), str(dest), str(marker)],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the child never reached the staging step"
+        assert [p for p in tmp_path.iterdir() if ".prod.promote-" in p.name]  # staging there
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert snapshot(dest) == before
+
+    report = promote(source, dest, verify=False)  # the next promote cleans the stale stage
+
+    assert report.committed
+    assert [p.name for p in tmp_path.iterdir() if ".prod.promote-" in p.name and p.is_dir()] == []
+    assert (dest / "text_python" / "2").is_dir() and (dest / "linear_onnx" / "1").is_dir()
+
+
+def test_promotes_to_an_fsspec_uri(source: Path) -> None:
+    fsspec = pytest.importorskip("fsspec", reason="the fsspec extra is not installed")
+    fs = fsspec.filesystem("memory")
+    uri = "memory://promote-test/prod"
+    try:
+        promote(source, uri, models=["text_python"], verify=False)
+        report = promote(source, uri, models=["text_python"], verify=False)
+        assert report.models[0].versions == {1: 2}
+        stored = fs.cat_file("/promote-test/prod/text_python/2/model.py")
+        assert stored == (source / "text_python" / "1" / "model.py").read_bytes()
+        manifest = json.loads(fs.cat_file("/promote-test/prod/MANIFEST.json"))
+        assert sorted(manifest["models"]["text_python"]["versions"]) == ["1", "2"]
+        assert report.manifest == f"{uri}/MANIFEST.json"
+    finally:
+        fs.rm("/promote-test", recursive=True)
+
+
+def test_the_report_shows_as_text_html_and_json(source: Path, tmp_path: Path) -> None:
+    report = promote(source, tmp_path / "prod", models=["preprocess"], verify=False)
+    assert isinstance(report, PromoteReport)
+    text = str(report)
+    assert "preprocess" in text and "not run" in text and "MANIFEST.json" in text
+    assert "<table>" in report._repr_html_() and "preprocess" in report._repr_html_()
+    saved = json.loads(report.save(tmp_path / "report.json").read_text())
+    assert saved["models"][0]["model"] == "preprocess" and saved["ok"] is True
+
+
+def test_cli_promote(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "prod"
+    args = ["promote", "--model-repository", str(source), str(dest), "--verify", "false"]
+    assert main([*args, "--model", "text_python"]) == 0
+    assert "text_python" in capsys.readouterr().out
+    assert main([*args, "--model", "text_python", "--on-conflict", "refuse"]) == 1
+    assert "already exists" in capsys.readouterr().err

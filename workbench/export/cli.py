@@ -1,0 +1,80 @@
+"""``workbench promote``: the command-line face of ``promote()``.
+
+It serves the source repository with the embedded server for the comparison, promotes, prints
+the report and exits 0 when the export was committed, 1 when it was refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.export.promote import PromoteVerificationError, promote
+
+
+def _verify(text: str) -> bool | str | None:
+    choices: dict[str, bool | str | None] = {"auto": None, "true": True, "false": False}
+    choices["warn"] = "warn"
+    if text not in choices:
+        raise argparse.ArgumentTypeError(f"expected auto, true, false or warn, got '{text}'")
+    return choices[text]
+
+
+def _policy(text: str) -> str | int:
+    return int(text) if text.isdigit() else text
+
+
+def add_promote_parser(commands: Any) -> None:
+    """Add the ``promote`` subcommand to the ``workbench`` parser."""
+    parser = commands.add_parser(
+        "promote", help="export models to a production repository, verified on real Triton"
+    )
+    flag = parser.add_argument
+    flag("--model-repository", required=True, help="the workbench repository to promote from")
+    flag("dest", help="production repository: a folder, or an fsspec URI (s3://, gs://)")
+    flag("--model", action="append", dest="models", help="model to promote (repeatable)")
+    flag("--versions", default="latest", help="'latest', 'all' or a version number")
+    flag("--on-conflict", choices=("new_version", "refuse"), default="new_version")
+    flag("--version-policy", type=_policy, default="keep", help="keep, latest, all, specific, N")
+    flag("--verify", type=_verify, default=None, help="auto (default), true, false or warn")
+    flag("--deploy", choices=("kubernetes",), default=None, help="also write deploy manifests")
+    flag("--deploy-dir", default=None, help="where --deploy writes (default: deploy/ by dest)")
+    flag("--tritonserver", default=None, help="path of the tritonserver binary to verify with")
+    flag("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=run_promote)
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    versions: Any = int(args.versions) if args.versions.isdigit() else args.versions
+    try:
+        report = promote(
+            args.model_repository,
+            args.dest,
+            models=args.models,
+            versions=versions,
+            on_conflict=args.on_conflict,
+            version_policy=args.version_policy,
+            verify=args.verify,
+            deploy=args.deploy,
+            deploy_dir=args.deploy_dir,
+            tritonserver=args.tritonserver,
+        )
+    except PromoteVerificationError as exc:
+        print(exc.report, file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except WorkbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        import json
+
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print(report)
+    return 0
+
+
+__all__ = ["add_promote_parser", "run_promote"]
