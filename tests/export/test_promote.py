@@ -188,6 +188,8 @@ def test_the_report_shows_as_text_html_and_json(source: Path, tmp_path: Path) ->
     assert isinstance(report, PromoteReport)
     text = str(report)
     assert "preprocess" in text and "not run" in text and "MANIFEST.json" in text
+    # nothing was checked on real Triton, and the headline says so (never "passed")
+    assert text.splitlines()[0].endswith("; not verified on real Triton"), text
     assert "<table>" in report._repr_html_() and "preprocess" in report._repr_html_()
     saved = json.loads(report.save(tmp_path / "report.json").read_text())
     assert saved["models"][0]["model"] == "preprocess" and saved["ok"] is True

@@ -39,6 +39,7 @@ def test_python_models_verify_and_others_are_not_verifiable_here(
     }
     assert report.ok and report.committed and report.triton_version == "2.51.0"
     assert sorted(report.verified) == ["postprocess", "preprocess", "text_python"]
+    assert str(report).splitlines()[0].endswith("; 3 of 6 verified on tritonserver 2.51.0")
     manifest = json.loads((dest / "MANIFEST.json").read_text())
     assert manifest["triton"]["verified_with"] == "2.51.0"
     assert manifest["triton"]["verification"]["text_python"] == "passed"

@@ -62,7 +62,7 @@ def test_promote_notebook_verifies_on_real_triton(monkeypatch: pytest.MonkeyPatc
         if cell.cell_type == "code"
         for o in cell.outputs
     )
-    assert "verification passed on tritonserver 2.51.0" in text
+    assert "verified on tritonserver 2.51.0" in text
 
 
 def test_kernel_shutdown_stops_the_server(tmp_path: Path) -> None:

@@ -88,9 +88,14 @@ class PromoteReport:
 
     def _summary(self) -> str:
         state = "promoted" if self.committed else "NOT promoted"
-        verdict = "verification passed" if self.ok else "verification FAILED"
         triton = f" on tritonserver {self.triton_version}" if self.triton_version else ""
-        return f"{state} {len(self.models)} model(s) to {self.dest}; {verdict}{triton}"
+        if not self.ok:
+            verdict = f"verification FAILED{triton}"
+        elif self.verified:
+            verdict = f"{len(self.verified)} of {len(self.models)} verified{triton}"
+        else:  # nothing could be checked: never say "passed"
+            verdict = "not verified on real Triton"
+        return f"{state} {len(self.models)} model(s) to {self.dest}; {verdict}"
 
     def __str__(self) -> str:
         widths = {c: max([len(c), *(len(r[c]) for r in self.rows())]) for c in _COLUMNS}
