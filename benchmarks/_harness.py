@@ -101,13 +101,14 @@ class PerfSettings:
     #: the looser ``--stability-percentage`` values to retry with, in turn (keys of LOOSE_MARKS)
     retry_stability: tuple[int, ...] = (25,)
 
-    def describe(self) -> str:
+    def describe(self, protocol: str = "http") -> str:
         trials = self.max_trials if self.max_trials is not None else 10
         retries = ", then ".join(
             f"{pct}% (marked {LOOSE_MARKS[pct]})" for pct in self.retry_stability
         )
         return (
-            f"perf_analyzer (tritonclient {TRITONCLIENT_VERSION}) over HTTP, "
+            f"perf_analyzer (tritonclient {TRITONCLIENT_VERSION}) over "
+            f"{'gRPC (`-i grpc`)' if protocol == 'grpc' else 'HTTP'}, "
             f"`--measurement-interval={self.measurement_ms}`, `--max-trials={trials}`, "
             f"stabilized on the average latency at {STRICT_STABILITY}% "
             f"(retried at {retries} when unstable); p99 from its CSV"
