@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from workbench.bench import Endpoints, Progress, SweepResult, sweep
+from workbench.bench.plan import SweepPoint
 from workbench.bench.scratch import SCRATCH_SUFFIX
+from workbench.bench.sweep import SweepRunner, SweepSpec, base_config, start_sweep
 from workbench.errors import InvalidArgumentError
 from workbench.notebook import Workbench
 
@@ -21,6 +26,87 @@ TINY = {"duration_s": 0.2, "warmup_s": 0.05}
 
 def endpoints(bench: Workbench) -> Endpoints:
     return Endpoints(bench.server.http_address, bench.repository, bench.grpc_url)
+
+
+def as_is_runner(
+    bench: Workbench, concurrency: list[int], duration_s: float, warmup_s: float = 0.0
+) -> SweepRunner:
+    """A sweep of ``linear`` as it serves, built as ``sweep()`` builds it, so that the test
+    sees its worker process (``runner.load``)."""
+    model_dir = bench.model_dir("linear")
+    spec = SweepSpec("linear", model_dir, [SweepPoint(())], concurrency, duration_s, warmup_s)
+    result = SweepResult("linear", base_config(model_dir), [], finished=False)
+    return SweepRunner(spec, endpoints(bench), result)
+
+
+def successes(bench: Workbench) -> int:
+    client = bench.client("http")
+    try:
+        stats = client.get_inference_statistics("linear")
+    finally:
+        client.close()
+    return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
+
+
+def wait_for_load(bench: Workbench, runner: SweepRunner, since: int) -> int:
+    """The worker's pid once the server has answered some of its requests."""
+    for _ in range(600):  # bounded: 60 s
+        if runner.load.pid is not None and successes(bench) > since + 20:
+            return runner.load.pid
+        time.sleep(0.1)
+    raise AssertionError("the sweep's worker sent no requests within 60 s")
+
+
+def is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_the_load_comes_from_another_process(sweep_bench: Workbench) -> None:
+    runner = as_is_runner(sweep_bench, [1, 2], 0.2)
+    start_sweep(runner)
+    result = runner.result.wait(timeout_s=60)
+    assert [row["error"] for row in result.rows] == ["", ""]
+    assert all(row["requests"] > 0 for row in result.rows)
+    # one worker for the whole sweep, not this process, and ended with the sweep
+    assert len(runner.load.pids) == 1 and runner.load.pids[0] != os.getpid()
+    assert runner.load.pid is None and is_gone(runner.load.pids[0])
+
+
+def test_stop_ends_a_running_point_and_its_worker(sweep_bench: Workbench) -> None:
+    runner = as_is_runner(sweep_bench, [1, 2], 60.0)
+    before = successes(sweep_bench)
+    start_sweep(runner)
+    pid = wait_for_load(sweep_bench, runner, before)
+    stopped = time.monotonic()
+    runner.result.stop()
+    result = runner.result.wait(timeout_s=30)
+    assert time.monotonic() - stopped < 15  # the point would have run 60 s
+    assert len(result.rows) == 1 and result.rows[0]["concurrency"] == 1
+    assert result.rows[0]["requests"] > 0 and result.rows[0]["error"] == ""
+    assert runner.load.pid is None and is_gone(pid)
+
+
+def test_a_worker_killed_mid_point_is_an_error_row_and_the_sweep_goes_on(
+    sweep_bench: Workbench,
+) -> None:
+    runner = as_is_runner(sweep_bench, [1, 2], 4.0)
+    before = successes(sweep_bench)
+    start_sweep(runner)
+    pid = wait_for_load(sweep_bench, runner, before)
+    os.kill(pid, signal.SIGKILL)  # the worker this test's sweep started
+    df = runner.result.wait(timeout_s=60).df
+    killed, next_level = df.iloc[0], df.iloc[1]
+    assert killed["concurrency"] == 1 and killed["throughput"] == 0.0
+    assert f"load generator process (pid {pid}) ended" in killed["error"]
+    assert "killed by SIGKILL" in killed["error"] and math.isnan(killed["p99_ms"])
+    assert next_level["concurrency"] == 2 and next_level["error"] == ""
+    assert next_level["requests"] > 0 and next_level["errors"] == 0
+    assert len(runner.load.pids) == 2 and runner.load.pids[0] == pid
+    assert all(is_gone(p) for p in runner.load.pids)
 
 
 def test_sweep_measures_every_point_on_a_scratch_copy(sweep_bench: Workbench) -> None:

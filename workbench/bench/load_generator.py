@@ -4,6 +4,7 @@
 ``duration_s`` (perf_analyzer's concurrency mode). Failed requests are counted with their
 message and the loop goes on, so one bad point never ends a sweep. The clients are
 ``tritonclient.http.aio`` and ``tritonclient.grpc.aio``, so the same code drives real Triton.
+A sweep runs it in a worker process (``load_process``), away from the server's GIL.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ async def closed_loop(
                 await send()
             except Exception as exc:  # any failure is recorded and the load goes on
                 result.errors += 1
-                result.first_error = result.first_error or _message(exc)
+                result.first_error = result.first_error or error_text(exc)
                 await asyncio.sleep(0)  # a server refusing at once must not starve the loop
                 continue
             result.latencies_s.append(clock() - started)
@@ -85,7 +86,8 @@ async def closed_loop(
     return result
 
 
-def _message(exc: Exception) -> str:
+def error_text(exc: BaseException) -> str:
+    """An exception's message as tritonclient and Triton word it (its type when empty)."""
     message = getattr(exc, "message", None)
     text = message() if callable(message) else str(exc)
     return text or type(exc).__name__
@@ -112,10 +114,12 @@ class InferSender:
         datatypes: Mapping[str, str],
         outputs: Sequence[str],
         connections: int = 64,
+        version: str = "",
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         self.model = model
+        self.version = version
         if protocol == "http":
             import tritonclient.http as module
             import tritonclient.http.aio as aio
@@ -136,10 +140,12 @@ class InferSender:
             self._inputs.append(tensor)
 
     async def __call__(self) -> Any:
-        return await self._client.infer(self.model, self._inputs, outputs=self._outputs)
+        return await self._client.infer(
+            self.model, self._inputs, model_version=self.version, outputs=self._outputs
+        )
 
     async def close(self) -> None:
         await self._client.close()
 
 
-__all__ = ["PERCENTILES", "PROTOCOLS", "InferSender", "LoadResult", "closed_loop"]
+__all__ = ["PERCENTILES", "PROTOCOLS", "InferSender", "LoadResult", "closed_loop", "error_text"]

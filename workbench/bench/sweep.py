@@ -4,7 +4,9 @@ measure each concurrency level with the closed-loop load generator.
 Everything goes over Triton's public API (HTTP for control and statistics, HTTP or gRPC for
 inference), so a sweep measures a real tritonserver the same way. The sweep is one coroutine;
 ``start_sweep`` runs it on its own thread and loop, so a notebook kernel's loop is never
-blocked, and listeners hear of every measured row as it lands.
+blocked, and listeners hear of every measured row as it lands. The load itself runs in a
+worker process (``load_process``): next to an embedded server it would share the server's GIL
+and measure the client instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.bench.load_generator import InferSender, LoadResult, closed_loop
+from workbench.bench.load_generator import LoadResult, error_text
+from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings
 from workbench.bench.result import SweepResult
 from workbench.bench.scratch import make_scratch, remove_scratch, write_scratch_config
@@ -85,6 +88,8 @@ class SweepRunner:
     endpoints: Endpoints
     result: SweepResult
     listeners: list[Listener] = field(default_factory=list)
+    #: the worker process that sends the load (ended when the sweep ends)
+    load: LoadProcess = field(default_factory=LoadProcess)
     _started: float = 0.0
 
     async def run(self) -> SweepResult:
@@ -102,6 +107,7 @@ class SweepRunner:
                     break
                 await self._measure_point(control, point, target, scratch)
         finally:
+            self.load.close()
             if scratch is not None:
                 await _quietly(control.unload_model(scratch.name))
                 remove_scratch(scratch)
@@ -111,28 +117,29 @@ class SweepRunner:
     async def _measure_point(
         self, control: Any, point: SweepPoint, target: str, scratch: Path | None
     ) -> None:
+        stop = self.result.stop_event
         try:
             if scratch is not None:
                 await self._reconfigure(control, point, scratch)
-            sender = await self._sender(control, target)
+            plan = await self._plan(control, target)
+            await self.load.run(plan, max(self.spec.concurrency), self.spec.warmup_s, stop)
         except InvalidArgumentError:
             raise  # a usage error (inputs cannot be made) is the same for every point
         except Exception as exc:  # the point fails, the sweep goes on
             for concurrency in self.spec.concurrency:
-                self._record(_failed_row(point, concurrency, _text(exc)))
+                self._record(_failed_row(point, concurrency, error_text(exc)))
             return
-        try:
-            stop = self.result.stop_event
-            await closed_loop(sender, max(self.spec.concurrency), self.spec.warmup_s, stop)
-            for concurrency in self.spec.concurrency:
-                if stop.is_set():
-                    break
-                before = await _snapshot(control, target)
-                load = await closed_loop(sender, concurrency, self.spec.duration_s, stop)
-                after = await _snapshot(control, target)
-                self._record(_measured_row(point, load, before, after))
-        finally:
-            await sender.close()
+        for concurrency in self.spec.concurrency:
+            if stop.is_set():
+                break
+            before = await _snapshot(control, target)
+            try:
+                load = await self.load.run(plan, concurrency, self.spec.duration_s, stop)
+            except LoadProcessError as exc:  # this level fails; a fresh worker takes the next
+                self._record(_failed_row(point, concurrency, str(exc)))
+                continue
+            after = await _snapshot(control, target)
+            self._record(_measured_row(point, load, before, after))
 
     async def _reconfigure(self, control: Any, point: SweepPoint, scratch: Path) -> None:
         config = apply_settings(self.result.base_config, point.as_dict())
@@ -143,7 +150,7 @@ class SweepRunner:
         write_scratch_config(scratch, config)
         await control.load_model(scratch.name)
 
-    async def _sender(self, control: Any, target: str) -> InferSender:
+    async def _plan(self, control: Any, target: str) -> LoadPlan:
         metadata = await control.get_model_metadata(target)
         config = await control.get_model_config(target)
         arrays = synthesize_inputs(
@@ -160,7 +167,9 @@ class SweepRunner:
         datatypes = {spec["name"]: spec["datatype"] for spec in metadata["inputs"]}
         outputs = [spec["name"] for spec in metadata["outputs"]]
         connections = max(self.spec.concurrency)
-        return InferSender(self.spec.protocol, url, target, arrays, datatypes, outputs, connections)
+        return LoadPlan(
+            self.spec.protocol, url, target, arrays, datatypes, outputs, "", connections
+        )
 
     def _record(self, row: dict[str, Any]) -> None:
         self.result.rows.append(row)
@@ -183,11 +192,6 @@ async def _quietly(call: Any) -> None:
 
 async def _snapshot(control: Any, model: str) -> StatsSnapshot:
     return StatsSnapshot.from_response(await control.get_inference_statistics(model), model)
-
-
-def _text(exc: BaseException) -> str:
-    message = getattr(exc, "message", None)
-    return (message() if callable(message) else str(exc)) or type(exc).__name__
 
 
 def _point_columns(point: SweepPoint, concurrency: int) -> dict[str, Any]:
