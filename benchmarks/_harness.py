@@ -18,7 +18,6 @@ import io
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from tests.integration.peers import (  # noqa: E402
     run_perf_analyzer,
     wait_ready,
 )
+from workbench.export.triton_process import stop_session  # noqa: E402
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 TRITON = "triton 2.51"
@@ -345,18 +345,8 @@ class WorkbenchServerProcess:
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM, SIGKILL after ``timeout_s``; then the session's leftovers (instance workers)."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout_s)
-        # Only processes of the session started above can be in this group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if process is not None:
+            stop_session(process, timeout_s)
 
 
 @contextlib.contextmanager

@@ -57,7 +57,6 @@ import fcntl
 import os
 import platform
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -71,6 +70,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from workbench.export.triton_process import stop_session
 
 PYTRITON_VERSION = "0.7.0"
 TRITONCLIENT_VERSION = "2.41.0"
@@ -459,19 +460,7 @@ class TritonServerProcess:
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after ``stop_timeout_s``; also kills leftover stub processes."""
         process, self.process = self.process, None
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=self.stop_timeout_s)
-        # Only processes of the session started above (the stubs) can be in this group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        return process.returncode
+        return None if process is None else stop_session(process, self.stop_timeout_s)
 
     def __enter__(self) -> TritonServerProcess:
         return self.start()

@@ -169,19 +169,7 @@ class TritonProcess:
         """SIGTERM, SIGKILL after ``stop_timeout_s``, then the stubs left in its group."""
         atexit.unregister(self.stop)
         process, self.process = self.process, None
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=self.stop_timeout_s)
-        # The group was made by start_new_session above: only its stubs can be in it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        return process.returncode
+        return None if process is None else stop_session(process, self.stop_timeout_s)
 
     def __enter__(self) -> TritonProcess:
         return self.start()
@@ -195,4 +183,23 @@ class TritonProcess:
         self.stop()
 
 
-__all__ = ["TritonProcess"]
+def stop_session(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+    """End a server started with ``start_new_session=True``, and whatever it left behind.
+
+    SIGTERM (a server drains and exits), SIGKILL after ``timeout_s``, then SIGKILL to its
+    process group: only processes of that session (its stub or worker processes) are in it.
+    Returns the exit code.
+    """
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode
+
+
+__all__ = ["TritonProcess", "stop_session"]
