@@ -64,14 +64,14 @@ import sys
 import sysconfig
 import tempfile
 import time
-import urllib.request
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from workbench.export.triton_process import stop_session
+from workbench.export.triton_process import stop_session, wait_http
+from workbench.export.tritonserver import prepend_env
 
 PYTRITON_VERSION = "0.7.0"
 TRITONCLIENT_VERSION = "2.41.0"
@@ -125,11 +125,7 @@ class Peers:
 
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """``base`` (default ``os.environ``) with ``env`` applied: PATH and LD_LIBRARY_PATH."""
-        merged = dict(os.environ if base is None else base)
-        for name, value in self.env.items():
-            previous = merged.get(name)
-            merged[name] = f"{value}{os.pathsep}{previous}" if previous else value
-        return merged
+        return prepend_env(self.env, base)
 
 
 def peers_dir() -> Path:
@@ -480,17 +476,7 @@ def wait_ready(process: subprocess.Popen[bytes], http_url: str, timeout_s: float
     Returns ``None`` once ready, else why it never was (the process exited, or the time ran
     out). Shared by every harness that starts a server process (tritonserver or ours).
     """
-    deadline = time.monotonic() + timeout_s
-    url = f"http://{http_url}/v2/health/ready"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return f"exited with {process.returncode}"
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1.0) as response:
-                if response.status == 200:
-                    return None
-        time.sleep(0.1)
-    return f"not ready after {timeout_s:.0f}s"
+    return wait_http(process, f"http://{http_url}/v2/health/ready", timeout_s)
 
 
 def run_perf_analyzer(

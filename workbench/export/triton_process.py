@@ -153,17 +153,7 @@ class TritonProcess:
     def _wait_live(self) -> str | None:
         """None once the server answers; else why it never did."""
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        url = f"{self.url}/v2/health/live"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return f"exited with {self.process.returncode}"
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url, timeout=1.0) as response:
-                    if response.status == 200:
-                        return None
-            time.sleep(0.1)
-        return f"did not answer within {self.startup_timeout_s:.0f}s"
+        return wait_http(self.process, f"{self.url}/v2/health/live", self.startup_timeout_s)
 
     def stop(self) -> int | None:
         """SIGTERM, SIGKILL after ``stop_timeout_s``, then the stubs left in its group."""
@@ -181,6 +171,20 @@ class TritonProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def wait_http(process: subprocess.Popen[bytes], url: str, timeout_s: float) -> str | None:
+    """Poll ``url`` until it answers 200: None then, else why not (exited, or out of time)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"exited with {process.returncode}"
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return None
+        time.sleep(0.1)
+    return f"did not answer within {timeout_s:.0f}s"
 
 
 def stop_session(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
@@ -202,4 +206,4 @@ def stop_session(process: subprocess.Popen[bytes], timeout_s: float) -> int | No
     return process.returncode
 
 
-__all__ = ["TritonProcess", "stop_session"]
+__all__ = ["TritonProcess", "stop_session", "wait_http"]

@@ -65,11 +65,16 @@ class TritonBinary:
 
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """``base`` (default ``os.environ``) with ``env`` prepended to the same variables."""
-        merged = dict(os.environ if base is None else base)
-        for name, value in self.env.items():
-            previous = merged.get(name)
-            merged[name] = f"{value}{os.pathsep}{previous}" if previous else value
-        return merged
+        return prepend_env(self.env, base)
+
+
+def prepend_env(env: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with each of ``env``'s paths put first in its variable."""
+    merged = dict(os.environ if base is None else base)
+    for name, value in env.items():
+        previous = merged.get(name)
+        merged[name] = f"{value}{os.pathsep}{previous}" if previous else value
+    return merged
 
 
 def find_tritonserver(path: StrPath | None = None) -> TritonBinary:

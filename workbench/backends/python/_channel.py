@@ -62,16 +62,14 @@ class Channel:
     def send(self, message: Message) -> None:
         """Send one message (from any thread); raises ``ChannelClosed`` if the peer is gone."""
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            with self._send_lock:
-                self._sock.sendall(_LENGTH.pack(len(data)) + data)
-        except OSError as exc:
-            raise ChannelClosed(str(exc)) from None
+        self._write(_LENGTH.pack(len(data)) + data)
 
     def send_all(self, messages: list[Message]) -> None:
         """Send several messages in one write (they arrive together, in order)."""
         frames = [pickle.dumps(m, protocol=pickle.HIGHEST_PROTOCOL) for m in messages]
-        data = b"".join(_LENGTH.pack(len(frame)) + frame for frame in frames)
+        self._write(b"".join(_LENGTH.pack(len(frame)) + frame for frame in frames))
+
+    def _write(self, data: bytes) -> None:
         try:
             with self._send_lock:
                 self._sock.sendall(data)

@@ -93,6 +93,15 @@ class MetricForwarder:
             self._dirty.clear()
             return operations
 
+    @property
+    def settled(self) -> bool:
+        """Nothing buffered and no batch on its way: a reply may go without taking the lock.
+
+        (``take`` clears the flag under the send lock, so "clear and unlocked" means every
+        update made so far has been written.)
+        """
+        return not self._dirty.is_set() and not self._send_lock.locked()
+
     def send_with(self, send: Callable[[list[Operation]], None]) -> None:
         """Call ``send`` with what is buffered (maybe nothing), before any later batch goes."""
         with self._send_lock:
