@@ -1,4 +1,4 @@
-"""The HTTP app behind a real uvicorn, driven by ``tritonclient.http`` and ``requests``."""
+"""The HTTP app behind the real front end, driven by ``tritonclient.http`` and ``requests``."""
 
 from __future__ import annotations
 

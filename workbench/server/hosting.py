@@ -28,6 +28,7 @@ from workbench.server.grpc import GrpcFrontend, GrpcOptions
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.http import create_app
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
+from workbench.server.http.frontend import HttpFrontend
 from workbench.server.log_settings import LogSettings
 from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 
@@ -179,7 +180,7 @@ class Server:
         )
         self.core: InferenceCore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._uvicorn: uvicorn.Server | None = None
+        self._http: HttpFrontend | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._bound_port = 0
@@ -261,8 +262,8 @@ class Server:
         thread = self._thread
         if thread is None:
             return
-        if self.loop is not None and self._uvicorn is not None:
-            self.loop.call_soon_threadsafe(setattr, self._uvicorn, "should_exit", True)
+        if self.loop is not None and self._http is not None:
+            self.loop.call_soon_threadsafe(self._http.request_exit)
         thread.join(timeout_s if timeout_s is not None else self.options.exit_timeout_secs + 30)
         self._thread = None
 
@@ -323,8 +324,8 @@ class Server:
 
     def _request_exit(self) -> None:
         log.info("signal received: draining in-flight requests, then exiting")
-        if self._uvicorn is not None:
-            self._uvicorn.should_exit = True
+        if self._http is not None:
+            self._http.request_exit()
 
     async def _serve(self) -> None:
         core = InferenceCore(self.model_repository, self.options.core)
@@ -340,14 +341,13 @@ class Server:
             app = create_app(
                 core, max_input_bytes=self.options.max_input_bytes, log_settings=log_settings
             )
-            self._uvicorn = _UvicornServer(self._uvicorn_config(app))
             assert self._socket is not None
-            serving = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
-            await _wait_started(self._uvicorn, serving, "HTTP")
+            self._http = HttpFrontend(app, self._socket, self.options.exit_timeout_secs)
+            await self._http.start()
             # tritonserver's wording, so scripts that wait for this line keep working.
             log.info("Started HTTPService at %s:%d", self.options.host, self.http_port)
             self._started.set()
-            await serving
+            await self._http.serve()
         finally:
             await self._stop_frontends(metrics)
             await core.stop(self.options.exit_timeout_secs)

@@ -74,16 +74,30 @@ class HttpApp:
             return
         try:
             body = await self._read_body(scope, receive)
-            request = HttpRequest(scope["method"], scope["path"], scope["headers"], body)
-            reply = await self.dispatch(request)
         except _Disconnected:
             return
-        except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
-            reply = error_reply(exc)
+        except InvalidArgumentError as exc:
+            await send_reply(send, error_reply(exc))
+            return
+        request = HttpRequest(scope["method"], scope["path"], scope["headers"], body)
+        reply = await self.handle(request)
         if isinstance(reply, Reply):
             await send_reply(send, reply)
         else:
             await reply.respond(send, receive)  # generate: chunked, as responses arrive
+
+    async def handle(self, request: HttpRequest) -> Reply | StreamedReply:
+        """The reply to one whole request; every failure becomes an ``{"error": ...}`` reply."""
+        if request.refusal is not None:
+            return error_reply(request.refusal)
+        try:
+            return await self.dispatch(request)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
+            return error_reply(exc)
+
+    def refuse_length(self, size: int) -> InvalidArgumentError | None:
+        """The error for a body of ``size`` bytes, or None when it is within the limit."""
+        return _too_large(size, self.max_input_bytes) if size > self.max_input_bytes else None
 
     async def dispatch(self, req: HttpRequest) -> Reply | StreamedReply:
         """Route one request the way Triton's ``HTTPAPIServer::Handle`` does."""
@@ -135,10 +149,11 @@ class HttpApp:
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | bytearray:
         """The whole body, refused early when it exceeds ``max_input_bytes``."""
-        limit = self.max_input_bytes
         for key, value in scope["headers"]:
-            if key == b"content-length" and value.isdigit() and int(value) > limit:
-                raise _too_large(int(value), limit)
+            if key == b"content-length" and value.isdigit():
+                refusal = self.refuse_length(int(value))
+                if refusal is not None:
+                    raise refusal
         message = await receive()
         if message["type"] == "http.disconnect":
             raise _Disconnected
@@ -151,8 +166,9 @@ class HttpApp:
             if message["type"] == "http.disconnect":
                 raise _Disconnected
             body += message.get("body", b"")
-            if len(body) > limit:
-                raise _too_large(len(body), limit)
+            refusal = self.refuse_length(len(body))
+            if refusal is not None:
+                raise refusal
         return body
 
 

@@ -32,6 +32,8 @@ class HttpRequest:
     path: str
     headers: Headers
     body: bytes | bytearray = b""
+    #: answered instead of served (a body over the size limit, refused while it arrived)
+    refusal: Exception | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lower case), or ``None``."""

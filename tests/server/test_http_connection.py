@@ -1,0 +1,234 @@
+"""The HTTP front end's wire behaviour (``HttpConnection``, ``HttpFrontend``), on raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.server.conftest import RunningServer
+from tests.server.fake_core import FakeCore
+from workbench.core.request import InferRequest, InferResponse
+from workbench.server.http import create_app
+from workbench.server.http.frontend import HttpFrontend
+
+INFER_BODY = json.dumps(
+    {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+).encode()
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[bytes, bytes]
+    body: bytes
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def post(path: str, body: bytes, *extra: bytes) -> bytes:
+    head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % (path.encode(), len(body))
+    return head + b"".join(extra) + b"\r\n" + body
+
+
+def get(path: str, *extra: bytes, version: bytes = b"1.1") -> bytes:
+    return b"GET %s HTTP/%s\r\nHost: x\r\n%s\r\n" % (path.encode(), version, b"".join(extra))
+
+
+class Reader:
+    """Reads whole replies (``content-length`` framed) off a socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def answer(self) -> Answer:
+        for _ in range(1000):
+            if b"\r\n\r\n" in self.buffer:
+                break
+            assert self._fill(), f"connection closed; got {self.buffer!r}"
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        status_line, *lines = head.split(b"\r\n")
+        headers = dict(line.lower().split(b": ", 1) for line in lines)
+        length = int(headers.get(b"content-length", b"0"))
+        for _ in range(1000):
+            if len(self.buffer) >= length:
+                break
+            assert self._fill(), "connection closed mid-body"
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return Answer(int(status_line.split()[1]), headers, body)
+
+    def closed(self) -> bool:
+        """True once the server has closed the connection (and sent nothing more)."""
+        for _ in range(1000):
+            if not self._fill():
+                return self.buffer == b""
+        return False
+
+
+def test_pipelined_requests_are_answered_in_order(running: RunningServer) -> None:
+    with connect(running.url) as sock:
+        sock.sendall(
+            get("/v2/health/live")
+            + post("/v2/models/add_one/infer", INFER_BODY)
+            + get("/v2/models/nope/ready")
+            + get("/v2/models/add_one")
+        )
+        reader = Reader(sock)
+        answers = [reader.answer() for _ in range(4)]
+    assert [a.status for a in answers] == [200, 200, 400, 200]
+    assert json.loads(answers[1].body)["outputs"][0]["data"] == [1.0] * 16
+    assert json.loads(answers[3].body)["name"] == "add_one"
+
+
+def test_expect_100_continue_is_honoured(running: RunningServer) -> None:
+    head = (
+        b"POST /v2/models/add_one/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(INFER_BODY)
+    )
+    with connect(running.url) as sock:
+        sock.sendall(head)
+        assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(INFER_BODY)
+        answer = Reader(sock).answer()
+    assert answer.status == 200
+
+
+def test_bytes_that_are_not_http_get_400_and_a_closed_connection(running: RunningServer) -> None:
+    with connect(running.url) as sock:
+        sock.sendall(b"\x16\x03\x01 this is not http\r\n\r\n")
+        reader = Reader(sock)
+        answer = reader.answer()
+        assert reader.closed()
+    assert answer.status == 400
+    assert json.loads(answer.body) == {"error": "Invalid HTTP request received."}
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_over_the_limit_is_refused_and_the_connection_serves_on(
+    running: RunningServer, chunked: bool
+) -> None:
+    body = b"x" * ((1 << 20) + 10)  # the fixture's app takes 1 MiB
+    if chunked:
+        request = (
+            b"POST /v2/models/add_one/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        )
+    else:
+        request = post("/v2/models/add_one/infer", body)
+    with connect(running.url) as sock:
+        sock.sendall(request + get("/v2/health/live"))
+        reader = Reader(sock)
+        refused, after = reader.answer(), reader.answer()
+    assert refused.status == 400
+    assert "exceeds the maximum allowed value of 1048576 bytes" in json.loads(refused.body)["error"]
+    assert after.status == 200
+
+
+def test_connection_close_and_http_1_0_end_the_connection(running: RunningServer) -> None:
+    for request in (get("/v2/health/live", b"Connection: close\r\n"), get("/v2", version=b"1.0")):
+        with connect(running.url) as sock:
+            sock.sendall(request)
+            reader = Reader(sock)
+            answer = reader.answer()
+            assert reader.closed()
+        assert answer.status == 200
+        assert answer.headers[b"connection"] == b"close"
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(running: RunningServer) -> None:
+    with connect(running.url) as sock:
+        reader = Reader(sock)
+        for _ in range(50):
+            sock.sendall(post("/v2/models/add_one/infer", INFER_BODY))
+            answer = reader.answer()
+            assert answer.status == 200
+            assert b"connection" not in answer.headers
+
+
+def test_a_percent_encoded_path_is_decoded(running: RunningServer) -> None:
+    with connect(running.url) as sock:
+        sock.sendall(get("/v2/models/add%5Fone/ready"))
+        assert Reader(sock).answer().status == 200
+
+
+# -- stopping ----------------------------------------------------------------------------------
+class SlowCore(FakeCore):
+    """Infer takes ``delay_s``, so that a request is in flight when the server stops."""
+
+    delay_s = 0.5
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        await asyncio.sleep(self.delay_s)
+        return await super().infer(request)
+
+
+@dataclass
+class Stoppable:
+    url: str
+    stop: threading.Event
+    done: threading.Event
+
+
+@pytest.fixture
+def stoppable() -> Iterator[Stoppable]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    frontend = HttpFrontend(create_app(SlowCore()), sock, exit_timeout_s=5)  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    started, stop, done = threading.Event(), threading.Event(), threading.Event()
+
+    async def main() -> None:
+        await frontend.start()
+        started.set()
+        await frontend.serve()
+        done.set()
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    stop_thread = threading.Thread(
+        target=lambda: stop.wait(30) and loop.call_soon_threadsafe(frontend.request_exit),
+        daemon=True,
+    )
+    stop_thread.start()
+    yield Stoppable(f"http://127.0.0.1:{sock.getsockname()[1]}", stop, done)
+    stop.set()
+    thread.join(timeout=10)
+    loop.close()
+    sock.close()
+
+
+def test_stopping_finishes_the_request_in_flight_and_closes_idle_connections(
+    stoppable: Stoppable,
+) -> None:
+    with connect(stoppable.url) as busy, connect(stoppable.url) as idle:
+        idle.sendall(get("/v2/health/live"))
+        idle_reader = Reader(idle)
+        assert idle_reader.answer().status == 200
+        busy.sendall(post("/v2/models/add_one/infer", INFER_BODY))
+        time.sleep(0.1)  # the infer is now in flight
+        stoppable.stop.set()
+        assert idle_reader.closed()
+        reader = Reader(busy)
+        answer = reader.answer()
+        assert answer.status == 200
+        assert answer.headers[b"connection"] == b"close"
+        assert reader.closed()
+    assert stoppable.done.wait(10)
+    with pytest.raises(OSError):
+        connect(stoppable.url).close()

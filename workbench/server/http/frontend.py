@@ -1,0 +1,59 @@
+"""The HTTP endpoint: ``HttpApp`` served on a bound socket by ``HttpConnection``s.
+
+``serve()`` runs until ``request_exit()``; then the endpoint stops accepting, closes idle
+connections at once and lets each busy one finish its reply (tritonserver's
+``--exit-timeout-secs`` bounds the wait), then closes what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from workbench.server.http.app import HttpApp
+from workbench.server.http.connection import HttpConnection
+
+#: how often the drain checks whether the busy connections have finished
+_DRAIN_POLL_S = 0.01
+
+
+class HttpFrontend:
+    """Serves ``app`` on ``sock`` (already bound, so "port in use" surfaced at the caller)."""
+
+    def __init__(self, app: HttpApp, sock: socket.socket, exit_timeout_s: float = 30.0) -> None:
+        self.app = app
+        self.sock = sock
+        self.exit_timeout_s = exit_timeout_s
+        self.connections: set[HttpConnection] = set()
+        self._exit = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        """Accept connections from now on."""
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: HttpConnection(self.app, self.connections), sock=self.sock, backlog=2048
+        )
+
+    async def serve(self) -> None:
+        """Serve until ``request_exit``, then drain (see the module docstring)."""
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._exit.wait()
+        self._server.close()
+        for connection in list(self.connections):
+            connection.shutdown()
+        deadline = time.monotonic() + self.exit_timeout_s
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(_DRAIN_POLL_S)
+        for connection in list(self.connections):
+            connection.abort()
+        await self._server.wait_closed()
+
+    def request_exit(self) -> None:
+        """Stop serving (on the loop's thread; use ``loop.call_soon_threadsafe`` elsewhere)."""
+        self._exit.set()
+
+
+__all__ = ["HttpFrontend"]
