@@ -16,6 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult
+from workbench.core import _deadline_timer
 from workbench.core.dynamic_batcher import DynamicBatcher
 from workbench.core.queue_policy import PriorityQueues
 from workbench.core.request import InferRequest
@@ -48,12 +49,19 @@ class FakeExecutor:
     batches: list[list[str]] = field(default_factory=list)
     _idle: asyncio.Queue[_Slot] | None = None
 
-    async def acquire(self, index: int | None = None) -> _Slot:
+    def _slots(self) -> asyncio.Queue[_Slot]:
         if self._idle is None:
             self._idle = asyncio.Queue()
             for i in range(self.instance_count):
                 self._idle.put_nowait(_Slot(i))
-        return await self._idle.get()
+        return self._idle
+
+    async def acquire(self, index: int | None = None) -> _Slot:
+        return await self._slots().get()
+
+    def try_acquire(self) -> _Slot | None:
+        slots = self._slots()
+        return None if slots.empty() else slots.get_nowait()
 
     def release(self, slot: _Slot) -> None:
         assert self._idle is not None
@@ -106,6 +114,15 @@ async def test_requests_queued_while_the_instance_is_busy_leave_as_one_batch() -
 
 
 @in_loop
+async def test_requests_arriving_together_at_an_idle_instance_leave_as_one_batch() -> None:
+    executor = FakeExecutor()
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    await submit_all(batcher, [pending(name) for name in "abc"])  # all in one loop turn
+    assert executor.batches == [["a", "b", "c"]]
+    await batcher.close()
+
+
+@in_loop
 async def test_batches_never_exceed_max_batch_size_and_keep_arrival_order() -> None:
     executor = FakeExecutor(hold_s=0.05)
     batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=2), executor)
@@ -143,8 +160,13 @@ async def test_ragged_inputs_batch_whatever_their_shapes() -> None:
     await batcher.close()
 
 
+@pytest.mark.parametrize("timerfd", [True, False])
 @in_loop
-async def test_a_microsecond_delay_is_kept_without_millisecond_timers() -> None:
+async def test_a_microsecond_delay_is_kept_without_millisecond_timers(
+    timerfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not timerfd:
+        monkeypatch.setattr(_deadline_timer, "_TIMERFD", None)
     batcher = DynamicBatcher(
         config("dynamic_batching { max_queue_delay_microseconds: 300 }"), FakeExecutor()
     )
@@ -152,6 +174,21 @@ async def test_a_microsecond_delay_is_kept_without_millisecond_timers() -> None:
     await batcher.submit(pending("a"))
     waited_us = (time.monotonic_ns() - begin) / 1000
     assert 300 <= waited_us < 5000
+    await batcher.close()
+
+
+@pytest.mark.skipif(_deadline_timer._TIMERFD is None, reason="needs Linux timerfd")
+@in_loop
+async def test_a_sub_millisecond_delay_does_not_keep_the_cpu_busy() -> None:
+    batcher = DynamicBatcher(
+        config("dynamic_batching { max_queue_delay_microseconds: 1500 }"), FakeExecutor()
+    )
+    wall, cpu = time.monotonic(), time.process_time()
+    for name in "abcde":
+        await batcher.submit(pending(name))
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    assert wall >= 0.0075
+    assert cpu < wall / 2  # it sleeps through the delays rather than yielding until them
     await batcher.close()
 
 
@@ -293,12 +330,12 @@ async def test_a_failing_dispatcher_fails_queued_requests_and_keeps_serving() ->
     broken = True
     real_form = batcher._form_batch
 
-    async def form_once_broken() -> list[Pending]:
+    def form_once_broken() -> list[Pending]:
         nonlocal broken
         if broken:
             broken = False
             raise RuntimeError("bug")
-        return await real_form()
+        return real_form()
 
     batcher._form_batch = form_once_broken  # type: ignore[method-assign]
     with pytest.raises(Exception, match="dynamic batcher failed: bug"):

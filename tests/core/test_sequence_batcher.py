@@ -100,6 +100,9 @@ class FakeExecutor:
         await self.locks[index].acquire()
         return FakeSlot(index)
 
+    def try_acquire(self) -> Slot | None:
+        return None  # sequence slots always wait for their own instance
+
     def release(self, slot: Slot) -> None:
         self.locks[slot.index].release()
 

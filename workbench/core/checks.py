@@ -48,6 +48,12 @@ class RequestChecker:
         self.outputs = {o.name: o for o in config.output}
         self.required = [i.name for i in config.input if not i.optional]
         self._wire = {i.name: config_to_wire(i.data_type) for i in config.input}
+        self._dims = {i.name: tuple(i.dims) for i in config.input}
+        #: the names of a request that sends exactly the model's inputs (the usual case)
+        self._names = self.inputs.keys()
+        #: inputs and outputs with a ``reshape`` (most models have none: nothing to do)
+        self.input_reshapes = any(i.HasField("reshape") for i in config.input)
+        self.output_reshapes = any(o.HasField("reshape") for o in config.output)
 
     def check(self, request: InferRequest) -> int:
         """Raise ``InvalidArgumentError`` on a bad request; return its batch size."""
@@ -57,7 +63,8 @@ class RequestChecker:
                     f"unexpected inference output '{name}' for model '{self.model}'"
                 )
         try:
-            self._check_names(request)
+            if request.inputs.keys() != self._names:
+                self._check_names(request)
             batch = 0
             for tensor in request.inputs.values():
                 batch = self._check_tensor(tensor, batch)
@@ -97,7 +104,6 @@ class RequestChecker:
         )
 
     def _check_tensor(self, tensor: Tensor, batch: int) -> int:
-        spec = self.inputs[tensor.name]
         expected = self._wire[tensor.name]
         if tensor.datatype != expected:
             raise InvalidArgumentError(
@@ -105,7 +111,7 @@ class RequestChecker:
                 f"but model '{self.model}' expects '{expected}'"
             )
         shape = tensor.shape
-        dims = list(spec.dims)
+        dims = self._dims[tensor.name]
         if self.max_batch_size > 0:
             if not shape:
                 raise InvalidArgumentError(
@@ -114,8 +120,8 @@ class RequestChecker:
                 )
             batch = self._check_batch(tensor.name, shape[0], batch)
             shape = shape[1:]
-        if not _matches(shape, dims):
-            full = [-1, *dims] if self.max_batch_size > 0 else dims
+        if shape != dims and not _matches(shape, dims):
+            full = [-1, *dims] if self.max_batch_size > 0 else list(dims)
             raise InvalidArgumentError(
                 f"unexpected shape for input '{tensor.name}' for model '{self.model}'. "
                 f"Expected {_shape_str(full)}, got {_shape_str(tensor.shape)}. "

@@ -1,13 +1,16 @@
 """Triton's dynamic batcher: requests wait in priority queues and leave in batches.
 
-One dispatcher task per model version. It waits for an idle instance first and only then
-forms a batch, so requests that arrive while every instance is busy are batched together
-(this is where batching comes from under load, even with ``max_queue_delay_microseconds: 0``).
-A batch is sent at once when it is full: it has the largest preferred size (``max_batch_size``
-without preferred sizes), or the next request would take it past that size or has other
-shapes. A batch that has some preferred size is sent at once too. Otherwise the dispatcher
-waits until the oldest request has waited ``max_queue_delay_microseconds`` and sends what is
-queued. (Each rule was checked against tritonserver 2.51: docs/triton-scheduling-facts.md.)
+It runs on loop callbacks, without a task of its own while instances are free: an arrival
+(without a queue delay, at the end of its loop turn) and the end of a queue delay (a
+microsecond timer) each look at the queues, and while every instance is busy one task waits
+for the next to be free. An instance is reserved first and only then a batch formed, so
+requests that arrive while every instance is busy are batched together (this is where
+batching comes from under load, even with ``max_queue_delay_microseconds: 0``). A batch is
+sent at once when it is full: it has the largest preferred size (``max_batch_size`` without
+preferred sizes), or the next request would take it past that size or has other shapes. A
+batch that has some preferred size is sent at once too. Otherwise the reserved instance waits
+until the oldest request has waited ``max_queue_delay_microseconds`` and gets what is queued.
+(Each rule was checked against tritonserver 2.51: docs/triton-scheduling-facts.md.)
 """
 
 from __future__ import annotations
@@ -16,18 +19,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
+from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.backends.base import ExecResult
+from workbench.core._deadline_timer import DeadlineTimer
 from workbench.core.queue_policy import PriorityQueues
-from workbench.core.scheduler import Executor, Pending
+from workbench.core.scheduler import Executor, Pending, Slot
 from workbench.errors import InternalError, UnavailableError
 
 log = logging.getLogger("workbench.core")
-
-#: below this, waiting is done by yielding to the loop rather than with a timer
-_TIMER_RESOLUTION_NS = 2_000_000
 
 
 class DynamicBatcher:
@@ -44,9 +47,15 @@ class DynamicBatcher:
         self.queues = PriorityQueues(config)
         self._preserve = settings.preserve_ordering
         self._last_delivered: asyncio.Future[None] | None = None
-        self._arrived = asyncio.Event()
-        self._dispatcher: asyncio.Task[None] | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        #: the instance reserved for the batch being formed (held through the queue delay)
+        self._slot: Slot | None = None
+        #: waits for an instance while every one is busy
+        self._acquiring: asyncio.Task[None] | None = None
+        self._timer = DeadlineTimer(self._pump)
+        #: a look at the queues is scheduled for the end of this loop turn
+        self._pump_soon = False
+        #: executions started, pruned of finished ones now and then (``close`` waits for them)
+        self._running: list[asyncio.Future[Any]] = []
         self._closed = False
 
     # -- the request side ----------------------------------------------------------------------
@@ -54,9 +63,13 @@ class DynamicBatcher:
         if self._closed:
             raise UnavailableError("model is being unloaded; request rejected")
         self.queues.push(pending)  # raises when the queue is full
-        self._arrived.set()
-        if self._dispatcher is None:
-            self._dispatcher = asyncio.ensure_future(self._dispatch_forever())
+        if self._delay_ns:
+            self._pump()  # at most it starts the delay: later arrivals still join the batch
+        elif not self._pump_soon:
+            # Without a delay a batch leaves at once, so look after this loop turn: requests
+            # that arrive in the same turn (several connections read at once) leave together.
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pump)
         if not self._preserve:
             return await pending.future
         return await self._in_order(pending)
@@ -75,54 +88,85 @@ class DynamicBatcher:
             delivered.set_result(None)
 
     # -- the dispatcher ------------------------------------------------------------------------
-    async def _dispatch_forever(self) -> None:
-        while not self._closed:
-            try:
-                await self._dispatch_one()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug here must not leave requests waiting forever
-                log.exception("dynamic batcher failed; failing the queued requests")
-                self.queues.fail_all(InternalError(f"dynamic batcher failed: {exc}"))
-
-    async def _dispatch_one(self) -> None:
-        """Wait for requests and an idle instance, then start one batch on it."""
-        if not self.queues:
-            self._arrived.clear()
-            await self._arrived.wait()
-            return
-        slot = await self._executor.acquire()
+    def _pump(self) -> None:
+        """Start every batch that can go now; a timer or the waiting task does the rest."""
+        self._pump_soon = False
         try:
-            batch = await self._form_batch()
-        except BaseException:
-            self._executor.release(slot)
-            raise
+            while self._start_one():
+                pass
+        except Exception as exc:  # a bug here must not leave requests waiting forever
+            self._fail(exc)
+
+    def _start_one(self) -> bool:
+        """Start one batch if an instance is free and a batch is due; say whether it did."""
+        if self._closed or self._acquiring is not None:
+            return False
+        slot = self._slot
+        if slot is None:
+            if not self.queues:
+                return False
+            slot = self._executor.try_acquire()
+            if slot is None:
+                self._acquiring = asyncio.ensure_future(self._acquire())
+                return False
+            self._slot = slot
+        batch = self._form_batch()
         if not batch:
+            return False
+        self._slot = None
+        self._track(self._executor.execute(slot, batch))
+        return True
+
+    def _track(self, execution: Awaitable[None]) -> None:
+        """Remember a running execution (a done callback would cost a loop turn each)."""
+        job = asyncio.ensure_future(execution)
+        if len(self._running) >= 16:
+            self._running = [j for j in self._running if not j.done()]
+        self._running.append(job)
+
+    async def _acquire(self) -> None:
+        """Wait for an instance while every one is busy, then look at the queues again."""
+        try:
+            slot = await self._executor.acquire()
+        except Exception as exc:
+            self._fail(exc)
+            return
+        finally:
+            self._acquiring = None
+        if self._closed:
             self._executor.release(slot)
             return
-        task = asyncio.ensure_future(self._executor.execute(slot, batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        self._slot = slot
+        self._pump()
 
-    async def _form_batch(self) -> list[Pending]:
-        """Wait, as the config says, for the batch to send now; remove it from the queues."""
-        while True:
-            now = time.monotonic_ns()
-            wake_at = self.queues.expire(now)
-            candidates, send_now = self._candidates()
-            if not candidates:
-                if not self.queues:
-                    return []
-                await self._sleep_until(wake_at)
-                continue
-            due = min(p.times.received for p in candidates) + self._delay_ns
-            if send_now or now >= due:
-                return self.queues.take(candidates)
-            # A preferred size is sent at once, without waiting for a larger one.
-            preferred = self._preferred_prefix(candidates)
-            if preferred:
-                return self.queues.take(preferred)
-            await self._sleep_until(due if wake_at is None else min(due, wake_at))
+    def _form_batch(self) -> list[Pending]:
+        """The batch to send now, taken from the queues; or none, with the timer armed for
+        when that may change (the oldest request's delay ends, or a queue timeout)."""
+        now = time.monotonic_ns()
+        wake_at = self.queues.expire(now)
+        candidates, send_now = self._candidates()
+        if not candidates:  # what was queued timed out or was cancelled
+            self._give_back()
+            return []
+        due = min(p.times.received for p in candidates) + self._delay_ns
+        if send_now or now >= due:
+            return self.queues.take(candidates)
+        # A preferred size is sent at once, without waiting for a larger one.
+        preferred = self._preferred_prefix(candidates)
+        if preferred:
+            return self.queues.take(preferred)
+        self._timer.arm(due if wake_at is None else min(due, wake_at))
+        return []
+
+    def _give_back(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            self._executor.release(slot)
+
+    def _fail(self, error: Exception) -> None:
+        log.error("dynamic batcher failed; failing the queued requests", exc_info=error)
+        self._give_back()
+        self.queues.fail_all(InternalError(f"dynamic batcher failed: {error}"))
 
     def _candidates(self) -> tuple[list[Pending], bool]:
         """The requests the next batch can hold, in priority order, and whether to send now.
@@ -133,14 +177,16 @@ class DynamicBatcher:
         """
         chosen: list[Pending] = []
         rows = 0
-        shapes: tuple[object, ...] | None = None
+        shapes: tuple[object, ...] | None = None  # the first request's, once a second comes
         target = self._preferred[-1] if self._preferred else self._max_rows
         for pending in self.queues.in_order():
-            key = self._shape_key(pending)
-            if shapes is None:
-                shapes = key
-            if chosen and (rows + pending.batch_size > target or key != shapes):
-                return chosen, True
+            if chosen:
+                if rows + pending.batch_size > target:
+                    return chosen, True
+                if shapes is None:
+                    shapes = self._shape_key(chosen[0])
+                if self._shape_key(pending) != shapes:
+                    return chosen, True
             chosen.append(pending)
             rows += pending.batch_size
             if rows >= target or not self._batching:
@@ -166,30 +212,17 @@ class DynamicBatcher:
                 best = count
         return candidates[:best]
 
-    async def _sleep_until(self, deadline_ns: int | None) -> None:
-        """Sleep until ``deadline_ns`` or a new arrival, whichever comes first."""
-        self._arrived.clear()
-        if deadline_ns is None:
-            await self._arrived.wait()
-            return
-        remaining = deadline_ns - time.monotonic_ns()
-        if remaining < _TIMER_RESOLUTION_NS:
-            # Loop timers are millisecond-grained (libuv); a 100 us queue delay would become
-            # up to 1 ms. Yield to the loop instead until the deadline: arrivals still get in.
-            while not self._arrived.is_set() and time.monotonic_ns() < deadline_ns:
-                await asyncio.sleep(0)
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._arrived.wait(), max(remaining, 0) / 1e9)
-
     # -- shutdown ------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Fail what is queued, stop the dispatcher, wait for running executions."""
+        """Fail what is queued, stop waiting for instances, wait for running executions."""
         self._closed = True
+        self._timer.close()
         self.queues.fail_all(UnavailableError("model is being unloaded; request rejected"))
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
+        acquiring = self._acquiring
+        if acquiring is not None:
+            acquiring.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._dispatcher
+                await acquiring
+        self._give_back()
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

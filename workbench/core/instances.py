@@ -8,7 +8,8 @@ process, which the core drives from the loop (``execute_async``); its thread onl
 decoupled models and a stub being restarted.
 
 Schedulers reserve an instance with ``acquire`` (any idle one, or a given one for sequence
-slots), run a batch on it with ``run_on``, and give it back with ``release``.
+slots) or ``try_acquire`` (an idle one now, if any), run a batch on it with ``submit``, and give
+it back with ``release``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from workbench.backends.base import Backend, InstanceContext, ModelInstance
 from workbench.core.rate_limiter import RateLimiter, Resources
-
-T = TypeVar("T")
 
 
 @dataclass(slots=True, eq=False)
@@ -108,6 +106,15 @@ class InstancePool:
                 raise
         return worker
 
+    def try_acquire(self) -> Worker | None:
+        """An idle instance whose rate-limit resources are free now, without waiting."""
+        if self._waiters or not self._idle:
+            return None
+        worker = self._idle[0]
+        if self._limiter is not None and not self._limiter.try_acquire(worker.resources):
+            return None
+        return self._idle.popleft()
+
     def release(self, worker: Worker) -> None:
         """Give an instance back (and its resources) after, or instead of, an execution."""
         if self._limiter is not None:
@@ -136,11 +143,11 @@ class InstancePool:
             self._waiters.popleft()
 
     # -- execution -----------------------------------------------------------------------------
-    def start(self, worker: Worker, job: Callable[[ModelInstance], T]) -> asyncio.Future[T]:
-        """Start ``job`` with the worker's instance on the worker's thread (no release)."""
+    def submit(self, worker: Worker, job: Callable[[ModelInstance], object]) -> None:
+        """Run ``job`` with the worker's instance on the worker's thread; it reports back to
+        the loop itself (no release)."""
         assert worker.instance is not None
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(worker.executor, job, worker.instance)
+        worker.executor.submit(job, worker.instance)
 
     async def close(self) -> None:
         """Finalize every created instance, then stop the workers.

@@ -102,6 +102,7 @@ class BackendModel:
     ) -> None:
         self.name = config.name
         self.version = version
+        self._version_text = str(version)
         self.config = config
         self.pool = pool
         self.instance_count = len(pool)
@@ -210,7 +211,7 @@ class BackendModel:
     ) -> InferResponse:
         return InferResponse(
             model_name=self.name,
-            model_version=str(self.version),
+            model_version=self._version_text,
             id=request.id,
             outputs=result.outputs,
             parameters=result.parameters,
@@ -232,41 +233,51 @@ class BackendModel:
     async def acquire(self, index: int | None = None) -> Worker:
         return await self.pool.acquire(index)
 
+    def try_acquire(self) -> Worker | None:
+        return self.pool.try_acquire()
+
     def release(self, slot: Slot) -> None:
         assert isinstance(slot, Worker)
         self.pool.release(slot)
 
-    def execute(self, slot: Slot, batch: list[Pending]) -> asyncio.Future[None]:
+    def execute(self, slot: Slot, batch: list[Pending]) -> asyncio.Future[Any]:
         assert isinstance(slot, Worker)
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
         on_loop = getattr(slot.instance, "execute_async", None)
         if on_loop is not None:
             # The instance talks to its own process from the loop: no worker-thread hand-off
             # (and no contention for this process's GIL) on the way there and back.
-            job: asyncio.Future[list[ExecResult]] = asyncio.ensure_future(
-                self._run_on_loop(on_loop, batch)
-            )
-        else:
-            job = self.pool.start(slot, lambda instance: self._run(instance, batch))
+            return loop.create_task(self._run_on_loop(slot, on_loop, batch))
+        done: asyncio.Future[None] = loop.create_future()
 
-        def finish(job: asyncio.Future[list[ExecResult]]) -> None:
-            self.pool.release(slot)
-            self._settle(batch, job)
-            done.set_result(None)
+        def run(instance: ModelInstance) -> None:
+            try:
+                results = self._run(instance, batch)
+            except BaseException as exc:  # our own bug: the requests still get an answer
+                results = _failed(batch, exc)
+            # Straight back to the loop: one wake-up, no future chained to the thread's.
+            loop.call_soon_threadsafe(self._complete, slot, batch, results, done)
 
-        job.add_done_callback(finish)
+        self.pool.submit(slot, run)
         return done
 
-    def _settle(self, batch: list[Pending], job: asyncio.Future[list[ExecResult]]) -> None:
-        """Give each request its result and record the execution (on the loop)."""
-        error = job.exception()
-        results = job.result() if error is None else _failed(batch, error)
-        rows = sum(p.batch_size for p in batch)
-        self.stats.record_execution(rows, batch[0].times)
+    def _complete(
+        self,
+        slot: Worker,
+        batch: list[Pending],
+        results: list[ExecResult],
+        done: asyncio.Future[None] | None = None,
+    ) -> None:
+        """Free the instance, give each request its result, record the execution (on the loop)."""
+        self.pool.release(slot)
+        rows = 0
         for pending, result in zip(batch, results, strict=True):
+            rows += pending.batch_size
             if not pending.future.done():
                 pending.future.set_result(result)
+        self.stats.record_execution(rows, batch[0].times)
+        if done is not None:
+            done.set_result(None)
 
     def _run(self, instance: ModelInstance, batch: list[Pending]) -> list[ExecResult]:
         """One execution, on the instance's worker thread; never raises."""
@@ -279,10 +290,24 @@ class BackendModel:
 
     async def _run_on_loop(
         self,
+        slot: Worker,
+        execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
+        batch: list[Pending],
+    ) -> None:
+        """One execution awaited on the loop (instances with ``execute_async``). Its task
+        settles the requests in its last step: no done callback, no extra future."""
+        try:
+            results = await self._execute_on_loop(execute, batch)
+        except BaseException as exc:  # cancelled (or our bug): still free and answer
+            self._complete(slot, batch, _failed(batch, exc))
+            raise
+        self._complete(slot, batch, results)
+
+    async def _execute_on_loop(
+        self,
         execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
         batch: list[Pending],
     ) -> list[ExecResult]:
-        """One execution awaited on the loop (instances with ``execute_async``)."""
         clock = _Phases(self, batch)
         try:
             results = await execute(clock.requests)
@@ -298,7 +323,8 @@ class BackendModel:
         except WorkbenchError as exc:
             result.error = exc
             return
-        reshape_outputs(self.config, result.outputs, self._batched)
+        if self._checker.output_reshapes:
+            reshape_outputs(self.config, result.outputs, self._batched)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def drain(self) -> None:
@@ -323,10 +349,10 @@ class _Phases:
         self.batch = batch
         self.started = time.monotonic_ns()
         self.requests = [p.request for p in batch]
-        for pending in batch:
-            model.stats.leave_queue(pending.times)
-        for request in self.requests:
-            reshape_inputs(model.config, request, model._batched)
+        model.stats.leave_queue(*(p.times for p in batch))
+        if model._checker.input_reshapes:
+            for request in self.requests:
+                reshape_inputs(model.config, request, model._batched)
         self.input_done = time.monotonic_ns()
 
     def finish(self, results: list[ExecResult]) -> list[ExecResult]:

@@ -52,6 +52,8 @@ class _LevelQueue:
     def deadline_ns(self, pending: Pending) -> int:
         """The time this level's policy (and the request's override) lets it wait until."""
         timeout_us = self.policy.default_timeout_microseconds
+        if not timeout_us:  # a request's timeout only shortens a default one
+            return 0
         asked = _int_parameter(pending, "timeout")
         if self.policy.allow_timeout_override and asked > 0 and timeout_us > 0:
             timeout_us = min(asked, timeout_us)
@@ -100,11 +102,15 @@ class PriorityQueues:
             )
             for level in (range(1, self.levels + 1) if self.levels else [0])
         }
+        #: the queues, best level first
+        self._ordered = [self._queues[level] for level in sorted(self._queues)]
+        #: without a default timeout no request gets a deadline: nothing ever expires
+        self._timeouts = any(q.policy.default_timeout_microseconds for q in self._ordered)
 
     def level_of(self, pending: Pending) -> int:
-        asked = _int_parameter(pending, "priority")
         if not self.levels:
             return 0
+        asked = _int_parameter(pending, "priority")
         return asked if 0 < asked <= self.levels else self.default_level
 
     def push(self, pending: Pending) -> None:
@@ -120,14 +126,15 @@ class PriorityQueues:
 
     def expire(self, now: int | None = None) -> int | None:
         """Time out overdue requests at every level; return the earliest remaining deadline."""
+        if not self._timeouts:
+            return None
         now = time.monotonic_ns() if now is None else now
         deadlines = [d for q in self._queues.values() if (d := q.expire(now)) is not None]
         return min(deadlines, default=None)
 
     def in_order(self) -> Iterator[Pending]:
         """Queued requests that still wait for a result, best level first, oldest first."""
-        for level in sorted(self._queues):
-            queue = self._queues[level]
+        for queue in self._ordered:
             for pending in (*queue.waiting, *queue.delayed):
                 if not pending.future.done():
                     yield pending
@@ -150,4 +157,8 @@ class PriorityQueues:
             queue.delayed.clear()
 
     def __bool__(self) -> bool:
-        return any(True for _ in self.in_order())
+        for queue in self._ordered:
+            for pending in (*queue.waiting, *queue.delayed):
+                if not pending.future.done():
+                    return True
+        return False

@@ -63,12 +63,18 @@ class RateLimiter:
         for name, count in needs.amounts:
             self._free[name] -= count
 
-    async def acquire(self, needs: Resources) -> None:
-        """Wait until every resource in ``needs`` is free, then hold it."""
+    def try_acquire(self, needs: Resources) -> bool:
+        """Hold ``needs`` if it is free now and nobody waits before us; say whether."""
         if not needs.amounts:
-            return
+            return True
         if not self._waiters and self._fits(needs):
             self._take(needs)
+            return True
+        return False
+
+    async def acquire(self, needs: Resources) -> None:
+        """Wait until every resource in ``needs`` is free, then hold it."""
+        if self.try_acquire(needs):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (needs.priority, next(self._tickets), needs, future))

@@ -57,6 +57,10 @@ class Executor(Protocol):
         """Wait for an idle instance (``index``: that one) and its rate-limiter resources."""
         ...
 
+    def try_acquire(self) -> Slot | None:
+        """An idle instance and its resources if both are free now (nobody waits for them)."""
+        ...
+
     def release(self, slot: Slot) -> None:
         """Give back a slot that was acquired but not used for an execution."""
         ...
@@ -86,7 +90,9 @@ class DirectScheduler:
     executor: Executor
 
     async def submit(self, pending: Pending) -> ExecResult:
-        slot = await self.executor.acquire()
+        slot = self.executor.try_acquire()
+        if slot is None:
+            slot = await self.executor.acquire()
         # The execution is not tied to this coroutine: a client disconnect (cancelling it)
         # does not interrupt a model half-way, and the instance is freed when it ends.
         self.executor.execute(slot, [pending])

@@ -97,6 +97,8 @@ class ModelStatistics:
         self.load_ns = 0
         #: gets every successful request's durations (set by the metrics endpoint)
         self.observer: Observer | None = None
+        #: what each success adds to, in the order ``record_success`` computes it
+        self._per_request = tuple(self.inference[k] for k in ("success", "queue", *_PHASES))
 
     def enter_queue(self, times: RequestTimes) -> None:
         """A request starts waiting for an instance."""
@@ -105,44 +107,44 @@ class ModelStatistics:
                 times.pending = True
                 self.pending_count += 1
 
-    def leave_queue(self, times: RequestTimes) -> None:
-        """A request stops waiting: it executes, or it ended while queued (idempotent)."""
+    def leave_queue(self, *requests: RequestTimes) -> None:
+        """Requests stop waiting: they execute, or ended while queued (idempotent)."""
         with self._lock:
-            if times.pending:
-                times.pending = False
-                self.pending_count -= 1
+            for times in requests:
+                if times.pending:
+                    times.pending = False
+                    self.pending_count -= 1
 
     def record_execution(self, batch_size: int, times: RequestTimes) -> None:
         """One call into the backend that served ``batch_size`` inferences."""
-        phases = (
+        with self._lock:
+            self.execution_count += 1
+            per_phase = self.batches.get(batch_size)
+            if per_phase is None:
+                per_phase = self.batches[batch_size] = {p: Duration() for p in _PHASES}
+            per_phase["compute_input"].add(times.input_done - times.started)
+            per_phase["compute_infer"].add(times.infer_done - times.input_done)
+            per_phase["compute_output"].add(times.output_done - times.infer_done)
+
+    def record_success(self, batch_size: int, times: RequestTimes) -> None:
+        """A request completed; its phases are attributed to it (Triton counts per request)."""
+        durations = (
+            times.output_done - times.received,
+            times.started - times.received,
             times.input_done - times.started,
             times.infer_done - times.input_done,
             times.output_done - times.infer_done,
         )
         with self._lock:
-            self.execution_count += 1
-            per_phase = self.batches.setdefault(batch_size, {p: Duration() for p in _PHASES})
-            for phase, ns in zip(_PHASES, phases, strict=True):
-                per_phase[phase].add(ns)
-
-    def record_success(self, batch_size: int, times: RequestTimes) -> None:
-        """A request completed; its phases are attributed to it (Triton counts per request)."""
-        with self._lock:
             self.inference_count += batch_size
             self.last_inference_ms = time.time_ns() // 1_000_000
-            self.inference["success"].add(times.output_done - times.received)
-            self.inference["queue"].add(times.started - times.received)
-            self.inference["compute_input"].add(times.input_done - times.started)
-            self.inference["compute_infer"].add(times.infer_done - times.input_done)
-            self.inference["compute_output"].add(times.output_done - times.infer_done)
-        if self.observer is not None:
-            self._observe(
-                request=times.output_done - times.received,
-                queue=times.started - times.received,
-                compute_input=times.input_done - times.started,
-                compute_infer=times.infer_done - times.input_done,
-                compute_output=times.output_done - times.infer_done,
-            )
+            for duration, ns in zip(self._per_request, durations, strict=True):
+                duration.add(ns)
+        observer = self.observer
+        if observer is not None:
+            # OBSERVED starts with these five, in this order.
+            for name, ns in zip(OBSERVED[:5], durations, strict=True):
+                observer.observe(name, ns // 1000)
 
     def _observe(self, **durations_ns: int) -> None:
         observer = self.observer
