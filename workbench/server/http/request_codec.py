@@ -176,6 +176,8 @@ def _decode_input(
 
 def _check_content_fields(spec: dict[str, Any], params: dict[str, Any]) -> None:
     """Exactly one of ``data``, ``binary_data_size``, ``shared_memory_region`` (Triton's text)."""
+    if ("data" in spec) + ("binary_data_size" in params) + ("shared_memory_region" in params) == 1:
+        return  # the usual case, checked without building the message's parts
     present = [
         label
         for label, found in (
@@ -209,8 +211,9 @@ def _shape(spec: dict[str, Any]) -> tuple[int, ...]:
     shape = spec["shape"]
     if not isinstance(shape, list):
         raise access_error("shape", NON_ARRAY)
-    if not all(_is_uint(d) for d in shape):
-        raise access_error("shape", NON_UINT)
+    for dim in shape:
+        if type(dim) is not int or dim < 0:  # JSON has no int subclasses but bool
+            raise access_error("shape", NON_UINT)
     return tuple(shape)
 
 
@@ -221,10 +224,12 @@ def _no_shared_memory(region: Any) -> NotFoundError:
 def _binary_array(
     chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str, req: InferRequest
 ) -> np.ndarray:
-    prefix = request_prefix(req.id)
     if datatype == "BYTES":
-        return deserialize_bytes(chunk, shape, prefix, name, req.model_name)
-    return tensor_from_buffer(chunk, datatype, shape, prefix, name, req.model_name)
+        return deserialize_bytes(chunk, shape, request_prefix(req.id), name, req.model_name)
+    dtype = WIRE_TO_NUMPY[datatype]
+    if len(chunk) == math.prod(shape) * dtype.itemsize:  # the usual case, without the message
+        return np.frombuffer(chunk, dtype=dtype).reshape(shape)
+    return tensor_from_buffer(chunk, datatype, shape, request_prefix(req.id), name, req.model_name)
 
 
 def json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
