@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench._types import Tensor
-from workbench.backends._batching import make_tensor, wanted
+from workbench.backends._batching import make_tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.python import pb_utils
+from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import (
     AlreadyExistsError,
     CancelledError,
@@ -31,6 +32,12 @@ _ERRORS: dict[int, type[WorkbenchError]] = {
     pb_utils.TritonError.ALREADY_EXISTS: AlreadyExistsError,
     pb_utils.TritonError.CANCELLED: CancelledError,
 }
+
+#: ``TRITONSERVER_TYPE_BF16``
+_BF16 = 14
+#: numeric wire type -> its numpy dtype: an output already of its declared one of these is
+#: passed on as it is (the usual case, without ``make_tensor``'s conversions)
+_NUMERIC = {wire: dt for wire, dt in WIRE_TO_NUMPY.items() if wire not in ("BYTES", "BF16")}
 
 #: KServe request parameters that Triton turns into request fields, not ``parameters()``
 _RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
@@ -55,6 +62,12 @@ def to_pb_tensor(tensor: Tensor) -> pb_utils.Tensor:
 def to_pb_request(request: ExecRequest, all_outputs: Sequence[str]) -> pb_utils.InferenceRequest:
     """The ``pb_utils.InferenceRequest`` that ``execute`` receives for a core request."""
     params = request.parameters
+    from_wire = pb_utils.Tensor._from_wire
+    inputs = [from_wire(t.name, t.datatype, t.array) for t in request.inputs.values()]
+    # Triton's core fills in every output when the client names none.
+    requested = list(request.requested_outputs or all_outputs)
+    if not params:  # the common case: nothing to check or filter
+        return pb_utils.InferenceRequest._received(request.id, 0, inputs, requested, 0, 0, {})
     flags = 0
     if params.get("sequence_start"):
         flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
@@ -63,9 +76,8 @@ def to_pb_request(request: ExecRequest, all_outputs: Sequence[str]) -> pb_utils.
     return pb_utils.InferenceRequest(
         request_id=request.id,
         correlation_id=params.get("sequence_id", 0),
-        inputs=[to_pb_tensor(t) for t in request.inputs.values()],
-        # Triton's core fills in every output when the client names none.
-        requested_output_names=request.requested_outputs or list(all_outputs),
+        inputs=inputs,
+        requested_output_names=requested,
         flags=flags,
         timeout=int(params.get("timeout", 0)),
         parameters={k: v for k, v in params.items() if k not in _RESERVED},
@@ -87,15 +99,20 @@ def to_result(
     if response.has_error():
         error = to_workbench_error(response.error())  # type: ignore[arg-type]
         return ExecResult(error=error, error_is_response=True)
+    requested = request.requested_outputs  # None: every output (``_batching.wanted``)
     outputs = [
         _output(tensor, declared.get(tensor.name()))
         for tensor in response.output_tensors()
-        if wanted(tensor.name(), request.requested_outputs)
+        if requested is None or tensor.name() in requested
     ]
-    return ExecResult(outputs=outputs, parameters=dict(response._parameters))
+    return ExecResult(outputs, None, dict(response._parameters))
 
 
 def _output(tensor: pb_utils.Tensor, declared: str | None) -> Tensor:
+    if declared is not None and tensor._dtype != _BF16:
+        plain = _NUMERIC.get(declared)
+        if plain is not None and tensor._array.dtype == plain:
+            return Tensor(tensor.name(), declared, tensor._array)
     wire = tensor._wire_type()
     if wire == "BF16" or (declared == "BF16" and wire == "UINT16"):
         return Tensor(tensor.name(), "BF16", tensor._array)

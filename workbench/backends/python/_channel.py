@@ -21,6 +21,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 _LENGTH = struct.Struct("<I")
+#: what one ``recv`` reads at most; a longer frame is assembled over several reads
+_CHUNK = 1 << 16
 #: how often a waiting reader checks ``alive`` when nothing arrives
 _POLL_S = 1.0
 
@@ -50,9 +52,17 @@ class Channel:
             # peer still lives, without a poll() before every recv(); sends stay blocking.
             seconds = struct.pack("ll", int(_POLL_S), int(_POLL_S % 1 * 1e6))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, seconds)
+        #: the start of a frame that has not fully arrived yet
         self._buffer = bytearray()
+        #: where each ``recv`` lands (one reader at a time: ``_reading``), so that a read
+        #: neither allocates nor copies when it holds whole frames, as it usually does
+        self._chunk = bytearray(_CHUNK)
+        self._chunk_view = memoryview(self._chunk)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
+        # ``with self._lock`` (C) rather than ``with self._cond`` (a Python-level __enter__):
+        # every message takes it at least twice.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._filed: dict[Hashable, Message] = {}
         self._reading = False
         self._closed = False
@@ -80,7 +90,7 @@ class Channel:
         """The message filed under ``key``; ``TimeoutError`` after ``timeout_s``."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            with self._cond:
+            with self._lock:
                 found = self._take_or_lead(key, deadline)
             if found is None:
                 found = self._read_some(key, deadline)
@@ -123,7 +133,7 @@ class Channel:
                     filed.append((routed, message))
         except ChannelClosed:
             closed = True
-        with self._cond:
+        with self._lock:
             self._reading = False
             self._closed = self._closed or closed
             if filed:
@@ -133,11 +143,11 @@ class Channel:
         return mine
 
     def _receive(self, deadline: float | None) -> list[Message]:
-        """Whole messages from the socket: at least one, or none once ``deadline`` passed."""
+        """Whole messages from the socket: at least one, or none once ``deadline`` passed.
+
+        (``_buffer`` never holds a whole frame between reads: each read parses them all.)
+        """
         while True:
-            messages = self._parse()
-            if messages:
-                return messages
             if self._closed:
                 raise ChannelClosed("the channel was closed")
             if deadline is not None:
@@ -148,54 +158,67 @@ class Channel:
                     self._check_alive()
                     continue
             try:
-                chunk = self._sock.recv(1 << 16)
+                size = self._sock.recv_into(self._chunk)
             except BlockingIOError:  # SO_RCVTIMEO ran out: nothing arrived for a while
                 self._check_alive()
                 continue
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
-            if not chunk:
+            if not size:
                 raise ChannelClosed("the stub process closed its connection")
-            self._buffer += chunk
+            messages = self._parse_chunk(size)
+            if messages:
+                return messages
 
     def _check_alive(self) -> None:
         if self._alive is not None and not self._alive():
             raise ChannelClosed("the stub process is not alive")
 
-    def _parse(self) -> list[Message]:
-        messages = []
+    def _parse_chunk(self, size: int) -> list[Message]:
+        """The whole frames once ``size`` more bytes landed in ``_chunk``.
+
+        What is left of a frame that has not fully arrived is kept in ``_buffer``.
+        """
         buffer = self._buffer
-        start = 0
-        while len(buffer) - start >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(buffer, start)
-            end = start + _LENGTH.size + length
-            if len(buffer) < end:
-                break
-            messages.append(pickle.loads(buffer[start + _LENGTH.size : end]))
-            start = end
-        if start:
+        if buffer:  # the rest of a frame begun earlier: assemble it there
+            buffer += self._chunk_view[:size]
+            messages, start = _frames(buffer, len(buffer))
             del buffer[:start]
+            return messages
+        messages, start = _frames(self._chunk_view, size)
+        if start < size:
+            buffer += self._chunk_view[start:size]
         return messages
 
     # -- for a reader that is not a waiting thread (``LoopReader``) ---------------------------
     def take_reader(self) -> bool:
         """Become the reader until ``give_back_reader`` (False: a thread reads, or closed)."""
-        with self._cond:
+        with self._lock:
             if self._reading or self._closed:
                 return False
             self._reading = True
             return True
 
     def give_back_reader(self) -> None:
-        with self._cond:
+        with self._lock:
             self._reading = False
             self._cond.notify_all()
 
-    def feed(self, chunk: bytes) -> list[tuple[Hashable, Message]]:
-        """As the reader: add received bytes; the (key, message) pairs ``route`` filed."""
-        self._buffer += chunk
+    def read_nowait(self) -> list[tuple[Hashable, Message]]:
+        """As the reader: read what arrived; the (key, message) pairs ``route`` filed.
+
+        Raises ``BlockingIOError`` when nothing arrived and ``ChannelClosed`` at the end.
+        """
+        try:
+            size = self._sock.recv_into(self._chunk, _CHUNK, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            raise
+        except OSError as exc:
+            raise ChannelClosed(str(exc)) from None
+        if not size:
+            raise ChannelClosed("the stub process closed its connection")
         filed = []
-        for message in self._parse():
+        for message in self._parse_chunk(size):
             key = self._route(message)
             if key is not None:
                 filed.append((key, message))
@@ -203,13 +226,13 @@ class Channel:
 
     def file(self, filed: list[tuple[Hashable, Message]]) -> None:
         """File messages for the threads waiting on their keys."""
-        with self._cond:
+        with self._lock:
             self._filed.update(filed)
             self._cond.notify_all()
 
     def mark_closed(self) -> None:
         """The peer is gone: every waiting thread gets ``ChannelClosed``."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._cond.notify_all()
 
@@ -234,13 +257,27 @@ class Channel:
         ``shutdown`` wakes a reader blocked on the socket without freeing its descriptor, so
         the number cannot be reused under a ``recv`` still in progress.
         """
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + timeout_s
-        with self._cond:
+        with self._lock:
             while self._reading and (remaining := deadline - time.monotonic()) > 0:
                 self._cond.wait(remaining)
         self._sock.close()
+
+
+def _frames(data: bytearray | memoryview, size: int) -> tuple[list[Message], int]:
+    """The whole frames in ``data[:size]`` and where the first incomplete one starts."""
+    messages = []
+    start = 0
+    while size - start >= _LENGTH.size:
+        (length,) = _LENGTH.unpack_from(data, start)
+        end = start + _LENGTH.size + length
+        if end > size:
+            break
+        messages.append(pickle.loads(data[start + _LENGTH.size : end]))
+        start = end
+    return messages, start

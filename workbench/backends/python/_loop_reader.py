@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import socket
 from collections.abc import Callable, Hashable
 
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
@@ -63,16 +62,14 @@ class LoopReader:
 
     def _on_readable(self) -> None:
         try:
-            chunk = self.channel.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            filed = self.channel.read_nowait()
         except BlockingIOError:
             return
-        except OSError:
-            chunk = b""
-        if not chunk:
+        except ChannelClosed:
             self._end()
             return
         others = []
-        for key, message in self.channel.feed(chunk):
+        for key, message in filed:
             future = self._futures.pop(key, None)
             if future is None:
                 others.append((key, message))

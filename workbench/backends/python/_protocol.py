@@ -22,15 +22,16 @@ from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecRequest, ExecResult, ResponseSender
 from workbench.backends.python._shm import BlockWriter, Region, TensorDesc, read_block
 
-INIT = "init"
-EXECUTE = "execute"
-FINALIZE = "finalize"
-REPLY = "reply"
-RESPONSE = "response"
-BLS = "bls"
-READY = "ready"
-LOG = "log"
-METRICS = "metrics"
+# Message kinds: small ints, which pickle and compare faster than names.
+INIT = 0
+EXECUTE = 1
+FINALIZE = 2
+REPLY = 3
+RESPONSE = 4
+BLS = 5
+READY = 6
+LOG = 7
+METRICS = 8
 
 #: an error as it crosses: (class name in ``workbench.errors``, message), or None
 ErrorWire = tuple[str, str] | None
@@ -105,6 +106,10 @@ def write_requests(
 
 def read_requests(region: Region, block: int, wires: list[RequestWire]) -> list[StubRequest]:
     """The requests of an ``EXECUTE`` message (see ``read_block`` for when the block is freed)."""
+    if len(wires) == 1:  # the common case, without the splitting
+        token, request_id, requested, parameters, descs = wires[0]
+        inputs = {tensor.name: tensor for tensor in read_block(region, block, descs)}
+        return [StubRequest(request_id, inputs, requested, parameters, None, token)]
     tensors = read_block(region, block, [desc for *_, descs in wires for desc in descs])
     requests, start = [], 0
     for token, request_id, requested, parameters, descs in wires:
@@ -121,8 +126,8 @@ def write_results(
     if len(results) == 1 and results[0] is not None:  # the common case, without the splitting
         result = results[0]
         block, descs = writer.write(result.outputs)
-        wire = (error_to_wire(result.error), descs, result.parameters, result.error_is_response)
-        return block, [wire]
+        error = None if result.error is None else error_to_wire(result.error)
+        return block, [(error, descs, result.parameters, result.error_is_response)]
     outputs = [result.outputs if result is not None else [] for result in results]
     block, descs = writer.write([tensor for tensors in outputs for tensor in tensors])
     wires: list[ResultWire | None] = [
@@ -138,6 +143,11 @@ def read_results(
     region: Region, block: int, wires: Sequence[ResultWire | None]
 ) -> list[ExecResult | None]:
     """The results of a message (see ``read_block`` for when the block is freed)."""
+    if len(wires) == 1 and wires[0] is not None:  # the common case, without the splitting
+        error, descs, parameters, is_response = wires[0]
+        outputs = read_block(region, block, descs)
+        failure = None if error is None else error_from_wire(error)
+        return [ExecResult(outputs, failure, parameters, is_response)]
     descs = [desc for wire in wires if wire is not None for desc in wire[1]]
     tensors = read_block(region, block, descs)
     results: list[ExecResult | None] = []

@@ -81,7 +81,8 @@ class ModelRunner:
             result = getattr(self._model, method)(*args)
         finally:
             pb_utils._scope.reset(token)
-        if not asyncio.iscoroutine(result):
+        # ``type(...) is list`` first: ``iscoroutine`` of anything else costs an ABC check.
+        if type(result) is list or result is None or not asyncio.iscoroutine(result):
             return result
         if self._loop is None:
             self._loop = _LoopThread(f"{self.spec.name}-asyncio")
@@ -119,9 +120,11 @@ class ModelRunner:
         For a decoupled model the results are empty placeholders: its responses went through
         each request's ``respond``, an execution error included.
         """
-        pb_requests = [self._pb_request(request) for request in requests]
         if self.spec.decoupled:
+            pb_requests = [self._pb_request(request) for request in requests]
             return self._execute_decoupled(pb_requests, requests)
+        outputs = self.spec.outputs
+        pb_requests = [to_pb_request(request, outputs) for request in requests]
         try:
             responses = _responses(pb_requests, self._call("execute", pb_requests))
         except Exception as exc:

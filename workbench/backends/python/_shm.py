@@ -10,8 +10,9 @@ A message's tensors go into one *block*: an 8-byte header whose first word says 
 once nothing uses the data any more; the writer reclaims freed blocks when it next allocates.
 So no message ever has to come back to say "done with it".
 
-Numeric arrays are copied once into a block and read back with ``numpy.frombuffer`` (small
-ones are then copied out; see ``read_block``); BYTES tensors travel in Triton's form (each
+Numeric arrays under ``IN_PLACE_BYTES`` are copied into a block and copied out again (for
+such sizes two plain copies cost less than tracking a view); bigger ones are copied into the
+block once and read in place (see ``read_block``). BYTES tensors travel in Triton's form (each
 element a little-endian ``uint32`` length then the bytes).
 """
 
@@ -112,18 +113,14 @@ class BlockWriter:
         region = self.region
         with self._lock:
             mapping = region.map
-            # Reclaim the blocks readers freed, then take the first gap that fits.
-            live = [block for block in self._live if _LIVE.unpack_from(mapping, block[0])[0]]
-            offset = end = 0
-            for index, (start, length) in enumerate(live):
-                if start - end >= total:
-                    offset = end
-                    live.insert(index, (offset, total))
-                    break
-                end = start + length
-            else:
-                offset = end
-                live.append((offset, total))
+            # Reclaim the blocks readers freed (the live word is 0 or 1, so its first byte
+            # tells: cheaper than unpacking it), then take the first gap that fits.
+            live = [block for block in self._live if mapping[block[0]]]
+            if live:
+                offset = _first_fit(live, total)
+            else:  # the usual case: the reader freed every earlier block
+                offset = 0
+                live.append((0, total))
             self._live = live
             if offset + total > region.size:
                 region.grow(offset + total)
@@ -147,19 +144,38 @@ class BlockWriter:
         for tensor, data in zip(tensors, payloads):  # noqa: B905 - same length by construction
             nbytes = len(data)
             target[offset : offset + nbytes] = data
-            dtype = "" if tensor.datatype == "BYTES" else tensor.array.dtype.str
-            descs.append((tensor.name, tensor.datatype, tensor.array.shape, dtype, offset, nbytes))
+            array = tensor.array
+            dtype = "" if tensor.datatype == "BYTES" else _dtype_str(array.dtype)
+            descs.append((tensor.name, tensor.datatype, array.shape, dtype, offset, nbytes))
             offset += (nbytes + _ALIGN - 1) & -_ALIGN
         return block, descs
 
 
+def _first_fit(live: list[tuple[int, int]], total: int) -> int:
+    """Put a block of ``total`` bytes into the first gap of ``live`` that fits; its offset."""
+    end = 0
+    for index, (start, length) in enumerate(live):
+        if start - end >= total:
+            live.insert(index, (end, total))
+            return end
+        end = start + length
+    live.append((end, total))
+    return end
+
+
 def _payload(tensor: Tensor) -> memoryview | bytes:
-    """The bytes of a tensor as they go into shared memory (no copy for numeric arrays)."""
+    """The bytes of a tensor as they go into shared memory.
+
+    Small numeric arrays go through ``tobytes`` (one C call, any layout); big ones through a
+    memoryview, so that their data is copied once, straight into the block.
+    """
     array = tensor.array
     if tensor.datatype != "BYTES":
-        if not array.flags.c_contiguous or array.ndim == 0:
-            array = np.ascontiguousarray(array).reshape(-1)
-        return memoryview(array).cast("B") if array.size else b""  # type: ignore[arg-type]
+        if array.nbytes < IN_PLACE_BYTES:
+            return array.tobytes()
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        return memoryview(array).cast("B")  # type: ignore[arg-type]
     data = serialize_byte_tensor(np.asarray(array))
     if data is None:  # not an object/bytes array: numbers in a BYTES tensor, as strings
         data = serialize_byte_tensor(np.asarray(array).astype(np.object_))
@@ -176,9 +192,8 @@ def read_block(region: Region, block: int, descs: list[TensorDesc]) -> list[Tens
     """
     if block < 0:
         return []
-    end = block
-    for *_, offset, nbytes in descs:
-        end = max(end, offset + nbytes)
+    last = descs[-1]  # a block's tensors lie in the order of their descriptors
+    end = last[4] + last[5]
     if end > region.size:
         region.ensure(end)
     lease: list[Any] = []  # at most one buffer over the whole block
@@ -195,17 +210,21 @@ def _array(region: Region, block: int, end: int, desc: TensorDesc, lease: list[A
     _, datatype, shape, dtype, offset, nbytes = desc
     if datatype == "BYTES":
         return deserialize_bytes_tensor(region.map[offset : offset + nbytes]).reshape(shape)
-    if nbytes == 0:
-        return np.empty(shape, dtype)
     if nbytes < IN_PLACE_BYTES:
-        array = np.frombuffer(region.map, dtype, nbytes // _itemsize(dtype), offset).copy()
-    else:
-        if not lease:  # the buffer lives as long as any array viewing it
-            lease.append((ctypes.c_char * (end - block)).from_buffer(region.map, block))
-        array = np.frombuffer(lease[0], dtype, nbytes // _itemsize(dtype), offset - block)
-    return array if len(shape) == 1 else array.reshape(shape)
+        # A bytearray of the slice is the cheapest writable copy (frombuffer on the map, then
+        # copy(), costs about three times as much for small tensors).
+        return np.ndarray(shape, _dtype(dtype), bytearray(region.map[offset : offset + nbytes]))
+    if not lease:  # the buffer lives as long as any array viewing it
+        lease.append((ctypes.c_char * (end - block)).from_buffer(region.map, block))
+    return np.ndarray(shape, _dtype(dtype), lease[0], offset - block)
 
 
 @functools.cache
-def _itemsize(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
+def _dtype(dtype: str) -> np.dtype[Any]:
+    return np.dtype(dtype)
+
+
+@functools.cache
+def _dtype_str(dtype: np.dtype[Any]) -> str:
+    """``dtype.str`` (which numpy formats anew on every access)."""
+    return dtype.str

@@ -200,7 +200,7 @@ class StubProcess:
         ``ChannelClosed`` if it died while they were in flight.
         """
         key = next(self._keys)
-        tokens = [next(self._keys) for _ in requests]
+        tokens = list(itertools.islice(self._keys, len(requests)))
         decoupled = self.launch.spec.decoupled
         block, wires = write_requests(self._to_stub, requests, tokens)
         if decoupled:  # open before the stub may answer: its responses name these tokens
@@ -231,7 +231,7 @@ class StubProcess:
                 return await loop.run_in_executor(None, self.execute, requests)
             self._loop_reader = reader
         key = next(self._keys)
-        tokens = [next(self._keys) for _ in requests]
+        tokens = list(itertools.islice(self._keys, len(requests)))
         block, wires = write_requests(self._to_stub, requests, tokens)
         reply = reader.expect(key)
         try:

@@ -71,6 +71,10 @@ _DTYPE_TO_TRITON = {
 }
 
 
+#: wire name -> ``TRITONSERVER_DataType`` number
+_WIRE_TO_TRITON = {wire: wire_to_config_enum(wire) for wire in WIRE_TO_NUMPY}
+
+
 def numpy_to_triton_type(data_type: Any) -> int | None:
     """numpy dtype -> ``TRITONSERVER_DataType`` number (``np.float32`` -> 11), None if none."""
     if data_type is None:  # np.dtype(None) would be float64
@@ -120,7 +124,9 @@ class Tensor:
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = np.ascontiguousarray(numpy_array)
-        dtype = numpy_to_triton_type(array.dtype)
+        dtype = _DTYPE_TO_TRITON.get(array.dtype)  # the common case, without ``np.dtype()``
+        if dtype is None:
+            dtype = numpy_to_triton_type(array.dtype)
         if dtype is None:
             raise TritonModelException("NumPy dtype is not supported.")
         self._name = name
@@ -131,7 +137,7 @@ class Tensor:
     def _from_wire(cls, name: str, datatype: str, array: np.ndarray) -> Tensor:
         tensor = cls.__new__(cls)
         tensor._name, tensor._array = name, array
-        tensor._dtype = wire_to_config_enum(datatype)
+        tensor._dtype = _WIRE_TO_TRITON[datatype]
         return tensor
 
     def name(self) -> str:
@@ -205,12 +211,13 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | None = None,
     ) -> None:
-        tensors = list(output_tensors or [])
-        if any(not isinstance(t, Tensor) for t in tensors):
-            raise TritonModelException('"output_tensors" must be a list of Tensor objects.')
+        tensors = list(output_tensors) if output_tensors else []
+        for tensor in tensors:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException('"output_tensors" must be a list of Tensor objects.')
         self._output_tensors = tensors
         self._error = error
-        self._parameters = dict(parameters or {})
+        self._parameters = dict(parameters) if parameters else {}
 
     def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
@@ -262,6 +269,35 @@ class InferenceRequest:
         self._sender: InferenceResponseSender | None = None
         #: set by the backend for decoupled models: where sent responses go
         self._deliver: Deliver | None = None
+
+    @classmethod
+    def _received(
+        cls,
+        request_id: str,
+        correlation_id: int | str,
+        inputs: list[Tensor],
+        requested_output_names: list[str],
+        flags: int,
+        timeout: int,
+        parameters: dict[str, Any],
+    ) -> InferenceRequest:
+        """A request for ``execute``, built by the backend from checked values it owns.
+
+        Skips ``__init__``'s checks and copies: this runs for every request of every call.
+        """
+        request = cls.__new__(cls)
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._inputs = inputs
+        request._requested_output_names = requested_output_names
+        request.model_name = ""
+        request.model_version = -1
+        request._flags = flags
+        request._timeout = timeout
+        request._parameters = parameters
+        request._sender = None
+        request._deliver = None
+        return request
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -334,7 +370,10 @@ class InferenceRequest:
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     """The input tensor called ``name``, or None."""
-    return next((t for t in inference_request.inputs() if t.name() == name), None)
+    for tensor in inference_request.inputs():  # a loop: most models call this per request
+        if tensor.name() == name:
+            return tensor
+    return None
 
 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
