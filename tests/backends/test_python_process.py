@@ -350,6 +350,45 @@ def test_execute_async_on_the_event_loop(repo: Path, instances: list[Any]) -> No
     instances.remove(instance)
 
 
+def test_start_execute_settles_by_callback_on_the_loop(repo: Path, instances: list[Any]) -> None:
+    """The core's cheapest path: the call leaves at once, the reply runs a callback where it
+    is read; a crash in flight fails only those requests, and a dead idle stub is declined."""
+    instance = _make(repo, instances, name="started")
+
+    async def call(*batch: Any) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[Any]] = loop.create_future()
+        thread = threading.get_ident()
+
+        def on_done(results: list[Any]) -> None:
+            assert threading.get_ident() == thread  # on the loop's thread
+            answer.set_result(results)
+
+        assert instance.start_execute(list(batch), on_done)
+        return await answer
+
+    async def scenario() -> None:
+        [one, two] = await call(request(_x(1)), request(_x(2)))
+        assert [{t.name: t for t in r.outputs}["Y"].array.tolist() for r in (one, two)] == [
+            [2],
+            [3],
+        ]
+        crashed = await call(request(_x(1), mode="exit"), request(_x(2)))
+        assert all("is not healthy" in str(r.error) for r in crashed)
+        [again] = await instance.execute_async([request(_x(7))])  # waits for the restart
+        assert {t.name: t for t in again.outputs}["Y"].array.tolist() == [8]
+        [after] = await call(request(_x(4)))
+        assert {t.name: t for t in after.outputs}["Y"].array.tolist() == [5]
+        pid = instance.pid
+        os.kill(pid, signal.SIGKILL)  # our own child, idle: the next call finds it dead
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert not instance.start_execute([request(_x(5))], lambda results: None)
+        [revived] = await instance.execute_async([request(_x(5))])
+        assert _pid(revived) != pid
+
+    asyncio.run(scenario())
+
+
 KEEPER = """
 import numpy as np
 import triton_python_backend_utils as pb_utils

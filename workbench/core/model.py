@@ -247,7 +247,11 @@ class BackendModel:
         if on_loop is not None:
             # The instance talks to its own process from the loop: no worker-thread hand-off
             # (and no contention for this process's GIL) on the way there and back.
-            return loop.create_task(self._run_on_loop(slot, on_loop, batch))
+            clock = _Phases(self, batch)
+            started = self._start_on_loop(slot, clock)
+            if started is not None:
+                return started
+            return loop.create_task(self._run_on_loop(slot, on_loop, clock))
         done: asyncio.Future[None] = loop.create_future()
 
         def run(instance: ModelInstance) -> None:
@@ -259,6 +263,30 @@ class BackendModel:
             loop.call_soon_threadsafe(self._complete, slot, batch, results, done)
 
         self.pool.submit(slot, run)
+        return done
+
+    def _start_on_loop(self, slot: Worker, clock: _Phases) -> asyncio.Future[None] | None:
+        """Start the execution in this loop step, if the instance offers ``start_execute``:
+        its reply then settles the requests right where it is read, with no task or future
+        in between. None when it declined (nothing was sent; ``execute_async`` does it)."""
+        start = getattr(slot.instance, "start_execute", None)
+        if start is None:
+            return None
+        batch = clock.batch
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def finished(results: list[ExecResult]) -> None:
+            try:
+                results = clock.finish(results)
+            except BaseException as exc:  # our own bug: the requests still get an answer
+                results = _failed(batch, exc)
+            self._complete(slot, batch, results, done)
+
+        try:
+            if not start(clock.requests, finished):
+                return None
+        except Exception as exc:  # a bug on the way out: fail these requests, not the loop
+            finished(_failed(batch, exc))
         return done
 
     def _complete(
@@ -292,12 +320,13 @@ class BackendModel:
         self,
         slot: Worker,
         execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
-        batch: list[Pending],
+        clock: _Phases,
     ) -> None:
         """One execution awaited on the loop (instances with ``execute_async``). Its task
         settles the requests in its last step: no done callback, no extra future."""
+        batch = clock.batch
         try:
-            results = await self._execute_on_loop(execute, batch)
+            results = await self._execute_on_loop(execute, clock)
         except BaseException as exc:  # cancelled (or our bug): still free and answer
             self._complete(slot, batch, _failed(batch, exc))
             raise
@@ -306,9 +335,8 @@ class BackendModel:
     async def _execute_on_loop(
         self,
         execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
-        batch: list[Pending],
+        clock: _Phases,
     ) -> list[ExecResult]:
-        clock = _Phases(self, batch)
         try:
             results = await execute(clock.requests)
         except Exception as exc:

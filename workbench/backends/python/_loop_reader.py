@@ -6,7 +6,8 @@ instead, the loop sends the call itself and reads the reply through ``add_reader
 round trip then costs about what an in-process call on a worker thread does.
 
 While attached, the loop is the channel's only reader: replies it is waiting for resolve
-futures, every other message is routed or filed for the threads that wait for it, as usual.
+futures (or run the callback registered for them, right where they are read), every other
+message is routed or filed for the threads that wait for it, as usual.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 from collections.abc import Callable, Hashable
 
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
+
+#: gets the reply, or None and the error when the stub went away first
+ReplyCallback = Callable[[Message | None, BaseException | None], None]
+
+_log = logging.getLogger("workbench.backends.python")
 
 #: how often the loop checks that the stub still lives while a call waits on it
 _WATCHDOG_S = 1.0
@@ -39,6 +46,7 @@ class LoopReader:
         self._orphan = orphan
         self._fd = channel.sock.fileno()
         self._futures: dict[Hashable, asyncio.Future[Message]] = {}
+        self._callbacks: dict[Hashable, ReplyCallback] = {}
         self._watchdog: asyncio.TimerHandle | None = None
         self.attached = False
 
@@ -57,8 +65,13 @@ class LoopReader:
         self._futures[key] = future
         return future
 
+    def expect_call(self, key: Hashable, callback: ReplyCallback) -> None:
+        """Run ``callback`` with the reply filed under ``key`` as soon as it is read."""
+        self._callbacks[key] = callback
+
     def forget(self, key: Hashable) -> None:
         self._futures.pop(key, None)
+        self._callbacks.pop(key, None)
 
     def _on_readable(self) -> None:
         try:
@@ -70,6 +83,10 @@ class LoopReader:
             return
         others = []
         for key, message in filed:
+            callback = self._callbacks.pop(key, None)
+            if callback is not None:
+                _call(callback, message, None)
+                continue
             future = self._futures.pop(key, None)
             if future is None:
                 others.append((key, message))
@@ -83,7 +100,7 @@ class LoopReader:
     def _check(self) -> None:
         if not self.attached:
             return
-        if self._futures and not self._alive():
+        if (self._futures or self._callbacks) and not self._alive():
             self._end()
             return
         self._watchdog = self.loop.call_later(_WATCHDOG_S, self._check)
@@ -92,10 +109,14 @@ class LoopReader:
         """The stub is gone: stop reading and fail every call waiting on it."""
         self._remove()
         self.channel.mark_closed()
+        gone = ChannelClosed("the stub process closed its connection")
         for future in self._futures.values():
             if not future.done():
-                future.set_exception(ChannelClosed("the stub process closed its connection"))
+                future.set_exception(gone)
         self._futures.clear()
+        callbacks, self._callbacks = self._callbacks, {}
+        for callback in callbacks.values():
+            _call(callback, None, gone)
 
     def _remove(self) -> None:
         if not self.attached:
@@ -127,3 +148,11 @@ class LoopReader:
         with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
             self.loop.call_soon_threadsafe(remove)
             done.result(timeout_s)
+
+
+def _call(callback: ReplyCallback, reply: Message | None, error: BaseException | None) -> None:
+    """A callback's bug must not stop the loop reading the channel for everyone else."""
+    try:
+        callback(reply, error)
+    except Exception:
+        _log.exception("a reply callback failed")

@@ -222,25 +222,63 @@ class StubProcess:
         self, requests: Sequence[ExecRequest], loop: asyncio.AbstractEventLoop
     ) -> list[ExecResult]:
         """``execute`` from the event loop, which reads the reply itself (non-decoupled)."""
+        reader = self._reader_on(loop)
+        if reader is None:
+            return await loop.run_in_executor(None, self.execute, requests)
+        reply = reader.expect(self._send_execute(reader, requests))
+        _, _, out_block, out_wires = await reply
+        return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
+
+    def start_execute(
+        self,
+        requests: Sequence[ExecRequest],
+        loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[list[ExecResult] | None, BaseException | None], None],
+    ) -> bool:
+        """Send one ``execute`` now, from the loop; ``on_done(results, error)`` runs on the
+        loop as soon as the reply is read (no task, no future: nothing waits a loop turn).
+
+        False when the loop cannot read this channel (a thread does): nothing was sent.
+        Raises ``StubGone`` if the child was already dead (the requests never reached it);
+        ``on_done`` gets ``ChannelClosed`` if it dies while they are in flight.
+        """
+        reader = self._reader_on(loop)
+        if reader is None:
+            return False
+
+        def replied(reply: Message | None, error: BaseException | None) -> None:
+            if reply is None:
+                on_done(None, error)
+                return
+            results = read_results(self._from_stub, reply[2], reply[3])
+            on_done(results, None)  # type: ignore[arg-type]
+
+        reader.expect_call(self._send_execute(reader, requests), replied)
+        return True
+
+    def _reader_on(self, loop: asyncio.AbstractEventLoop) -> LoopReader | None:
+        """This channel's reader on ``loop`` (attached now if need be), or None."""
         reader = self._loop_reader
-        if reader is None or reader.loop is not loop or not reader.attached:
-            if reader is not None:
-                reader.detach()
-            reader = LoopReader(self.channel, loop, self.alive, self._orphan)
-            if not reader.attach():
-                return await loop.run_in_executor(None, self.execute, requests)
-            self._loop_reader = reader
+        if reader is not None and reader.loop is loop and reader.attached:
+            return reader
+        if reader is not None:
+            reader.detach()
+        reader = LoopReader(self.channel, loop, self.alive, self._orphan)
+        if not reader.attach():
+            return None
+        self._loop_reader = reader
+        return reader
+
+    def _send_execute(self, reader: LoopReader, requests: Sequence[ExecRequest]) -> int:
+        """Write the inputs and send the call; its key. ``StubGone`` when the child is gone."""
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))
         block, wires = write_requests(self._to_stub, requests, tokens)
-        reply = reader.expect(key)
         try:
             self.channel.send((EXECUTE, key, block, wires))
         except ChannelClosed:
-            reader.forget(key)
             raise StubGone from None
-        _, _, out_block, out_wires = await reply
-        return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
+        return key
 
     def _orphan(self, reply: Message) -> None:
         """The answer to a call whose caller was cancelled: release its shared memory."""
