@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from workbench._types import Tensor
+from workbench._types import Parameters, Tensor
 from workbench.backends._batching import make_tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.python import pb_utils
+from workbench.backends.python._shm import Part
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import (
     AlreadyExistsError,
@@ -61,20 +62,32 @@ def to_pb_tensor(tensor: Tensor) -> pb_utils.Tensor:
 
 def to_pb_request(request: ExecRequest, all_outputs: Sequence[str]) -> pb_utils.InferenceRequest:
     """The ``pb_utils.InferenceRequest`` that ``execute`` receives for a core request."""
-    params = request.parameters
     from_wire = pb_utils.Tensor._from_wire
     inputs = [from_wire(t.name, t.datatype, t.array) for t in request.inputs.values()]
+    return pb_request(
+        request.id, inputs, request.requested_outputs, request.parameters, all_outputs
+    )
+
+
+def pb_request(
+    request_id: str,
+    inputs: list[pb_utils.Tensor],
+    requested_outputs: list[str] | None,
+    params: Parameters,
+    all_outputs: Sequence[str],
+) -> pb_utils.InferenceRequest:
+    """The ``pb_utils.InferenceRequest`` of a request's parts (the stub has no core request)."""
     # Triton's core fills in every output when the client names none.
-    requested = list(request.requested_outputs or all_outputs)
+    requested = list(requested_outputs or all_outputs)
     if not params:  # the common case: nothing to check or filter
-        return pb_utils.InferenceRequest._received(request.id, 0, inputs, requested, 0, 0, {})
+        return pb_utils.InferenceRequest._received(request_id, inputs, requested)
     flags = 0
     if params.get("sequence_start"):
         flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
     if params.get("sequence_end"):
         flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
     return pb_utils.InferenceRequest(
-        request_id=request.id,
+        request_id=request_id,
         correlation_id=params.get("sequence_id", 0),
         inputs=inputs,
         requested_output_names=requested,
@@ -88,6 +101,20 @@ def to_result(
     response: Any, request: ExecRequest, declared: dict[str, str], model: str
 ) -> ExecResult:
     """The core's result for the ``InferenceResponse`` a model produced for ``request``."""
+    failed = failed_result(response, model)
+    if failed is not None:
+        return failed
+    requested = request.requested_outputs  # None: every output (``_batching.wanted``)
+    outputs = [
+        Tensor(*output_part(tensor, declared.get(tensor._name)))
+        for tensor in response.output_tensors()
+        if requested is None or tensor._name in requested
+    ]
+    return ExecResult(outputs, None, dict(response._parameters))
+
+
+def failed_result(response: Any, model: str) -> ExecResult | None:
+    """The result of a response that is not one, or that carries an error; None otherwise."""
     if not isinstance(response, pb_utils.InferenceResponse):
         return ExecResult(
             error=InternalError(
@@ -96,27 +123,22 @@ def to_result(
                 f"'{type(response).__name__}'."
             )
         )
-    if response.has_error():
-        error = to_workbench_error(response.error())  # type: ignore[arg-type]
-        return ExecResult(error=error, error_is_response=True)
-    requested = request.requested_outputs  # None: every output (``_batching.wanted``)
-    outputs = [
-        _output(tensor, declared.get(tensor.name()))
-        for tensor in response.output_tensors()
-        if requested is None or tensor.name() in requested
-    ]
-    return ExecResult(outputs, None, dict(response._parameters))
+    if response._error is not None:
+        return ExecResult(error=to_workbench_error(response._error), error_is_response=True)
+    return None
 
 
-def _output(tensor: pb_utils.Tensor, declared: str | None) -> Tensor:
+def output_part(tensor: pb_utils.Tensor, declared: str | None) -> Part:
+    """An output as (name, wire datatype, array), converted to its ``declared`` type."""
     if declared is not None and tensor._dtype != _BF16:
         plain = _NUMERIC.get(declared)
         if plain is not None and tensor._array.dtype == plain:
-            return Tensor(tensor.name(), declared, tensor._array)
+            return tensor._name, declared, tensor._array
     wire = tensor._wire_type()
     if wire == "BF16" or (declared == "BF16" and wire == "UINT16"):
-        return Tensor(tensor.name(), "BF16", tensor._array)
-    return make_tensor(tensor.name(), tensor._array, declared)
+        return tensor._name, "BF16", tensor._array
+    converted = make_tensor(tensor._name, tensor._array, declared)
+    return converted.name, converted.datatype, converted.array
 
 
 def run_bls(client: InferenceClient, request: pb_utils.InferenceRequest) -> Any:

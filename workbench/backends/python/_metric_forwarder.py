@@ -32,6 +32,8 @@ class MetricForwarder:
         self._observed: dict[int, list[float]] = {}
         self._dropped: list[Operation] = []
         self._dirty = threading.Event()
+        #: ``_dirty.is_set()`` as a plain attribute, for ``settled`` (read on every reply)
+        self._pending = False
         #: held from ``take`` to the end of its send: batches reach the server in order
         self._send_lock = threading.Lock()
         self._flusher: threading.Thread | None = None
@@ -49,6 +51,7 @@ class MetricForwarder:
     def drop_metric(self, metric_id: int) -> None:
         with self._lock:
             self._dropped.append(("drop", metric_id))
+        self._pending = True
         self._dirty.set()
 
     def increment(self, metric_id: int, value: float) -> None:
@@ -69,10 +72,12 @@ class MetricForwarder:
     def _add_structure(self, operation: Operation) -> None:
         with self._lock:
             self._created.append(operation)
+        self._pending = True
         self._dirty.set()
 
     def _mark_dirty(self) -> None:
-        if not self._dirty.is_set():  # a plain read first: set() takes a lock and notifies
+        if not self._pending:  # a plain read first: set() takes a lock and notifies
+            self._pending = True
             self._dirty.set()
 
     # -- sending -------------------------------------------------------------------------------
@@ -90,6 +95,7 @@ class MetricForwarder:
             operations += self._dropped
             self._created, self._dropped = [], []
             self._increments, self._sets, self._observed = {}, {}, {}
+            self._pending = False
             self._dirty.clear()
             return operations
 
@@ -100,7 +106,7 @@ class MetricForwarder:
         (``take`` clears the flag under the send lock, so "clear and unlocked" means every
         update made so far has been written.)
         """
-        return not self._dirty.is_set() and not self._send_lock.locked()
+        return not self._pending and not self._send_lock.locked()
 
     def send_with(self, send: Callable[[list[Operation]], None]) -> None:
         """Call ``send`` with what is buffered (maybe nothing), before any later batch goes."""

@@ -62,11 +62,18 @@ class ModelRunner:
     """A ``TritonPythonModel`` object, the scope its code runs in and its event loop."""
 
     def __init__(
-        self, spec: ModelSpec, module: types.ModuleType, scope: pb_utils._ModelScope
+        self,
+        spec: ModelSpec,
+        module: types.ModuleType,
+        scope: pb_utils._ModelScope,
+        *,
+        per_call_scope: bool = True,
     ) -> None:
+        """``per_call_scope=False``: ``scope`` is the process's already (a stub process)."""
         self.spec = spec
         self.module = module
         self._scope = scope
+        self._per_call_scope = per_call_scope
         self._model: Any = None
         self._loop: _LoopThread | None = None
 
@@ -76,11 +83,14 @@ class ModelRunner:
         With ``background`` a coroutine is not waited for (Triton's decoupled ``async
         execute``): its future goes to ``background`` and the call returns ``None``.
         """
-        token = pb_utils._scope.set(self._scope)
-        try:
+        if self._per_call_scope:
+            token = pb_utils._scope.set(self._scope)
+            try:
+                result = getattr(self._model, method)(*args)
+            finally:
+                pb_utils._scope.reset(token)
+        else:
             result = getattr(self._model, method)(*args)
-        finally:
-            pb_utils._scope.reset(token)
         # ``type(...) is list`` first: ``iscoroutine`` of anything else costs an ABC check.
         if type(result) is list or result is None or not asyncio.iscoroutine(result):
             return result
@@ -126,13 +136,24 @@ class ModelRunner:
         outputs = self.spec.outputs
         pb_requests = [to_pb_request(request, outputs) for request in requests]
         try:
-            responses = _responses(pb_requests, self._call("execute", pb_requests))
-        except Exception as exc:
-            return fail_all(len(requests), self._execute_error(exc))
+            responses = self.run(pb_requests)
+        except WorkbenchError as error:
+            return fail_all(len(requests), error)
         return [
             to_result(response, request, self.spec.declared, self.spec.name)
             for response, request in zip(responses, requests, strict=True)
         ]
+
+    def run(self, pb_requests: list[pb_utils.InferenceRequest]) -> list[Any]:
+        """The model's response to each request (not decoupled): returned, or sent.
+
+        A failed ``execute`` raises the ``InternalError`` that fails every request.
+        """
+        try:
+            return _responses(pb_requests, self._call("execute", pb_requests))
+        except Exception as exc:
+            error = self._execute_error(exc)
+        raise error  # outside the handler: the error does not keep the model's frames alive
 
     def _execute_decoupled(
         self, pb_requests: list[pb_utils.InferenceRequest], requests: Sequence[ExecRequest]
@@ -216,6 +237,8 @@ class ModelRunner:
 
 def _responses(requests: list[pb_utils.InferenceRequest], returned: Any) -> list[Any]:
     """The response of each request, returned or sent through its response sender."""
+    if type(returned) is list and len(returned) == len(requests) == 1 and returned[0] is not None:
+        return returned  # the usual case: one request, its response returned
     if returned is None:
         returned = [None] * len(requests)
     if not isinstance(returned, list):

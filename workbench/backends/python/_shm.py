@@ -5,7 +5,7 @@ region it writes and no lock has to span processes. A region is an anonymous fil
 Linux, an unlinked temporary file elsewhere) that both processes map; the writer grows it when
 a message does not fit (readers remap when they see an offset past their mapping).
 
-A message's tensors go into one *block*: an 8-byte header whose first word says "live" (1) or
+A message's tensors go into one *block*: an 8-byte header whose first byte says "live" (1) or
 "free" (0), then each tensor 64-byte aligned. The reader frees a block by zeroing that word
 once nothing uses the data any more; the writer reclaims freed blocks when it next allocates.
 So no message ever has to come back to say "done with it".
@@ -22,7 +22,6 @@ import ctypes
 import functools
 import mmap
 import os
-import struct
 import tempfile
 import threading
 import weakref
@@ -32,16 +31,23 @@ import numpy as np
 
 from workbench._types import Tensor
 from workbench.backends.python.pb_utils import deserialize_bytes_tensor, serialize_byte_tensor
+from workbench.config.dtypes import WIRE_TO_NUMPY
 
 _HEADER = 8
 _ALIGN = 64
-_LIVE = struct.Struct("<I")
 INITIAL_SIZE = 1 << 20
 #: tensors from this size up are read in place; smaller ones are copied out
 IN_PLACE_BYTES = 64 * 1024
 
 #: one tensor in a block: (name, datatype, shape, numpy dtype string, offset, nbytes)
 TensorDesc = tuple[str, str, tuple[int, ...], str, int, int]
+#: one tensor to write: (name, wire datatype, array)
+Part = tuple[str, str, Any]
+
+#: ``dtype.str`` of the wire types' dtypes (numpy formats it anew on every access)
+_DTYPE_STRS = {dtype: dtype.str for dtype in WIRE_TO_NUMPY.values()}
+#: and back (a dict lookup costs less than ``np.dtype(text)``)
+_DTYPES = {text: dtype for dtype, text in _DTYPE_STRS.items()}
 
 
 def _aligned(size: int) -> int:
@@ -67,6 +73,8 @@ class Region:
         self.fd = fd
         self.size = os.fstat(fd).st_size
         self.map = mmap.mmap(fd, self.size)
+        #: a view of ``map``: slicing it copies nothing (slicing ``map`` makes ``bytes``)
+        self.view = memoryview(self.map)
         #: block -> weak reference to the buffer its in-place arrays view
         self._leases: dict[int, weakref.ref[Any]] = {}
 
@@ -76,6 +84,7 @@ class Region:
             # Arrays still viewing the old mapping keep it alive; both map the same file.
             size = os.fstat(self.fd).st_size
             self.map = mmap.mmap(self.fd, size)
+            self.view = memoryview(self.map)
             self.size = size  # after the map: whoever sees the new size sees the new map
 
     def grow(self, end: int) -> None:
@@ -83,12 +92,13 @@ class Region:
         size = max(self.size * 2, _aligned(end))
         os.ftruncate(self.fd, size)
         self.map = mmap.mmap(self.fd, size)
+        self.view = memoryview(self.map)
         self.size = size
 
     def free(self, block: int) -> None:
         """Mark ``block`` free: its writer may reuse the space."""
         if block >= 0:
-            _LIVE.pack_into(self.map, block, 0)
+            self.map[block] = 0
 
     def free_when_unused(self, block: int, lease: Any) -> None:
         """Free ``block`` once ``lease`` (the buffer arrays view it through) is collected."""
@@ -111,11 +121,16 @@ class BlockWriter:
         """The offset of a new live block with ``size`` bytes of payload."""
         total = (_HEADER + size + _ALIGN - 1) & -_ALIGN
         region = self.region
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # rather than ``with``: a third of the cost
+        try:
             mapping = region.map
-            # Reclaim the blocks readers freed (the live word is 0 or 1, so its first byte
-            # tells: cheaper than unpacking it), then take the first gap that fits.
-            live = [block for block in self._live if mapping[block[0]]]
+            # Reclaim the blocks readers freed, then take the first gap that fits.
+            live = self._live
+            if len(live) == 1 and not mapping[live[0][0]]:  # the usual case, without a loop
+                live = []
+            elif live:
+                live = [block for block in live if mapping[block[0]]]
             if live:
                 offset = _first_fit(live, total)
             else:  # the usual case: the reader freed every earlier block
@@ -124,31 +139,43 @@ class BlockWriter:
             self._live = live
             if offset + total > region.size:
                 region.grow(offset + total)
-            _LIVE.pack_into(region.map, offset, 1)
+            region.map[offset] = 1
+        finally:
+            lock.release()
         return offset
 
     def write(self, tensors: list[Tensor]) -> tuple[int, list[TensorDesc]]:
         """Copy ``tensors`` into a new block; its offset (-1: none) and their descriptors."""
-        if not tensors:
+        return self.write_parts(
+            [(tensor.name, tensor.datatype, tensor.array) for tensor in tensors]
+        )
+
+    def write_parts(self, parts: list[Part]) -> tuple[int, list[TensorDesc]]:
+        """``write`` for (name, datatype, array) triples: the stub has no ``Tensor`` objects."""
+        if len(parts) == 1:  # the usual case, in one pass
+            name, datatype, array = parts[0]
+            data = _payload(datatype, array)
+            block = self.allocate(len(data))
+            return block, [self._place(block + _HEADER, name, datatype, array, data)]
+        if not parts:
             return -1, []
-        payloads = []
-        total = 0
-        for tensor in tensors:
-            data = _payload(tensor)
-            payloads.append(data)
-            total += (len(data) + _ALIGN - 1) & -_ALIGN
-        block = self.allocate(total)
-        target = self.region.map
+        payloads = [_payload(datatype, array) for _, datatype, array in parts]
+        block = self.allocate(sum((len(data) + _ALIGN - 1) & -_ALIGN for data in payloads))
         offset = block + _HEADER
         descs: list[TensorDesc] = []
-        for tensor, data in zip(tensors, payloads):  # noqa: B905 - same length by construction
-            nbytes = len(data)
-            target[offset : offset + nbytes] = data
-            array = tensor.array
-            dtype = "" if tensor.datatype == "BYTES" else _dtype_str(array.dtype)
-            descs.append((tensor.name, tensor.datatype, array.shape, dtype, offset, nbytes))
-            offset += (nbytes + _ALIGN - 1) & -_ALIGN
+        for (name, datatype, array), data in zip(parts, payloads):  # noqa: B905 - same length
+            descs.append(self._place(offset, name, datatype, array, data))
+            offset += (len(data) + _ALIGN - 1) & -_ALIGN
         return block, descs
+
+    def _place(
+        self, offset: int, name: str, datatype: str, array: Any, data: bytes | memoryview
+    ) -> TensorDesc:
+        """Copy ``data`` to ``offset``; the descriptor of the tensor it holds."""
+        nbytes = len(data)
+        self.region.map[offset : offset + nbytes] = data
+        dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
+        return name, datatype, array.shape, dtype, offset, nbytes
 
 
 def _first_fit(live: list[tuple[int, int]], total: int) -> int:
@@ -163,19 +190,18 @@ def _first_fit(live: list[tuple[int, int]], total: int) -> int:
     return end
 
 
-def _payload(tensor: Tensor) -> memoryview | bytes:
+def _payload(datatype: str, array: Any) -> memoryview | bytes:
     """The bytes of a tensor as they go into shared memory.
 
     Small numeric arrays go through ``tobytes`` (one C call, any layout); big ones through a
     memoryview, so that their data is copied once, straight into the block.
     """
-    array = tensor.array
-    if tensor.datatype != "BYTES":
+    if datatype != "BYTES":
         if array.nbytes < IN_PLACE_BYTES:
             return array.tobytes()
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        return memoryview(array).cast("B")  # type: ignore[arg-type]
+        return memoryview(array).cast("B")
     data = serialize_byte_tensor(np.asarray(array))
     if data is None:  # not an object/bytes array: numbers in a BYTES tensor, as strings
         data = serialize_byte_tensor(np.asarray(array).astype(np.object_))
@@ -183,7 +209,13 @@ def _payload(tensor: Tensor) -> memoryview | bytes:
 
 
 def read_block(region: Region, block: int, descs: list[TensorDesc]) -> list[Tensor]:
-    """The tensors of a block; the block is freed once nothing uses it any more.
+    """The tensors of a block (see ``read_arrays``)."""
+    arrays = read_arrays(region, block, descs)
+    return [Tensor(desc[0], desc[1], array) for desc, array in zip(descs, arrays)]  # noqa: B905
+
+
+def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any]:
+    """The arrays of a block's tensors; the block is freed once nothing uses it any more.
 
     Tensors under ``IN_PLACE_BYTES`` are copied out (cheaper than tracking them). Bigger ones
     are read in place with ``numpy.frombuffer`` and keep their block live until the last array
@@ -196,35 +228,25 @@ def read_block(region: Region, block: int, descs: list[TensorDesc]) -> list[Tens
     end = last[4] + last[5]
     if end > region.size:
         region.ensure(end)
-    lease: list[Any] = []  # at most one buffer over the whole block
-    tensors = [Tensor(desc[0], desc[1], _array(region, block, end, desc, lease)) for desc in descs]
-    if lease:
-        region.free_when_unused(block, lease[0])
+    view = region.view
+    arrays = []
+    lease: Any = None  # at most one buffer over the whole block
+    for _, datatype, shape, dtype, offset, nbytes in descs:
+        if datatype == "BYTES":
+            arrays.append(deserialize_bytes_tensor(view[offset : offset + nbytes]).reshape(shape))
+            continue
+        numpy_dtype = _DTYPES.get(dtype) or np.dtype(dtype)
+        if nbytes < IN_PLACE_BYTES:
+            # A bytearray of a slice of the view is the cheapest writable copy (slicing the
+            # map would copy twice, and frombuffer then copy() costs twice as much).
+            data = bytearray(view[offset : offset + nbytes])
+            arrays.append(np.ndarray(shape, numpy_dtype, data))
+            continue
+        if lease is None:  # the buffer lives as long as any array viewing it
+            lease = (ctypes.c_char * (end - block)).from_buffer(region.map, block)
+        arrays.append(np.ndarray(shape, numpy_dtype, lease, offset - block))
+    if lease is None:
+        region.map[block] = 0  # free: every array is a copy
     else:
-        region.free(block)
-    return tensors
-
-
-def _array(region: Region, block: int, end: int, desc: TensorDesc, lease: list[Any]) -> Any:
-    """One tensor's values: copied out when small, else viewing the block through ``lease``."""
-    _, datatype, shape, dtype, offset, nbytes = desc
-    if datatype == "BYTES":
-        return deserialize_bytes_tensor(region.map[offset : offset + nbytes]).reshape(shape)
-    if nbytes < IN_PLACE_BYTES:
-        # A bytearray of the slice is the cheapest writable copy (frombuffer on the map, then
-        # copy(), costs about three times as much for small tensors).
-        return np.ndarray(shape, _dtype(dtype), bytearray(region.map[offset : offset + nbytes]))
-    if not lease:  # the buffer lives as long as any array viewing it
-        lease.append((ctypes.c_char * (end - block)).from_buffer(region.map, block))
-    return np.ndarray(shape, _dtype(dtype), lease[0], offset - block)
-
-
-@functools.cache
-def _dtype(dtype: str) -> np.dtype[Any]:
-    return np.dtype(dtype)
-
-
-@functools.cache
-def _dtype_str(dtype: np.dtype[Any]) -> str:
-    """``dtype.str`` (which numpy formats anew on every access)."""
-    return dtype.str
+        region.free_when_unused(block, lease)
+    return arrays

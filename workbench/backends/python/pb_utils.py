@@ -109,7 +109,7 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
     return serialize_bytes(input_tensor)
 
 
-def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+def deserialize_bytes_tensor(encoded_tensor: bytes | memoryview) -> np.ndarray:
     """The inverse of ``serialize_byte_tensor``: a 1-D object array of ``bytes``."""
     items = split_bytes(encoded_tensor)
     out = np.empty(len(items), dtype=np.object_)
@@ -239,6 +239,16 @@ class InferenceResponse:
 class InferenceRequest:
     """A request handed to ``execute``, or (built by the model) a BLS request to run."""
 
+    # What ``_received`` leaves at its default (``__init__`` sets every one of them).
+    _correlation_id: int | str = 0
+    model_name = ""
+    model_version = -1
+    _flags = 0
+    _timeout = 0
+    _sender: InferenceResponseSender | None = None
+    #: set by the backend for decoupled models: where sent responses go
+    _deliver: Deliver | None = None
+
     def __init__(
         self,
         request_id: str = "",
@@ -266,37 +276,23 @@ class InferenceRequest:
         if isinstance(parameters, str):
             parameters = json.loads(parameters)
         self._parameters: dict[str, Any] = dict(parameters or {})  # type: ignore[arg-type]
-        self._sender: InferenceResponseSender | None = None
-        #: set by the backend for decoupled models: where sent responses go
-        self._deliver: Deliver | None = None
+        self._sender = None
+        self._deliver = None
 
     @classmethod
     def _received(
-        cls,
-        request_id: str,
-        correlation_id: int | str,
-        inputs: list[Tensor],
-        requested_output_names: list[str],
-        flags: int,
-        timeout: int,
-        parameters: dict[str, Any],
+        cls, request_id: str, inputs: list[Tensor], requested_output_names: list[str]
     ) -> InferenceRequest:
-        """A request for ``execute``, built by the backend from checked values it owns.
+        """A request without parameters for ``execute``, from checked values the backend owns.
 
-        Skips ``__init__``'s checks and copies: this runs for every request of every call.
+        Skips ``__init__``'s checks and copies, and leaves the other fields at their class
+        defaults: this runs for every request of every call.
         """
         request = cls.__new__(cls)
         request._request_id = request_id
-        request._correlation_id = correlation_id
         request._inputs = inputs
         request._requested_output_names = requested_output_names
-        request.model_name = ""
-        request.model_version = -1
-        request._flags = flags
-        request._timeout = timeout
-        request._parameters = parameters
-        request._sender = None
-        request._deliver = None
+        request._parameters = {}
         return request
 
     def inputs(self) -> list[Tensor]:
@@ -371,7 +367,7 @@ class InferenceRequest:
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     """The input tensor called ``name``, or None."""
     for tensor in inference_request.inputs():  # a loop: most models call this per request
-        if tensor.name() == name:
+        if tensor._name == name:
             return tensor
     return None
 

@@ -38,6 +38,7 @@ from workbench.backends.python._protocol import (
     READY,
     REPLY,
     RESPONSE,
+    RequestWire,
     StubRequest,
     error_from_wire,
     error_to_wire,
@@ -46,7 +47,8 @@ from workbench.backends.python._protocol import (
 )
 from workbench.backends.python._runner import ModelRunner, ModelSpec
 from workbench.backends.python._shm import BlockWriter, Region, read_block
-from workbench.errors import InternalError
+from workbench.backends.python._stub_wire import ResponseWriter, failed_wires, read_pb_requests
+from workbench.errors import InternalError, WorkbenchError
 
 _log = logging.getLogger(__name__)
 
@@ -115,8 +117,10 @@ class Stub:
         #: custom metric operations, sent with the next reply (or by its flusher thread)
         self.metrics = MetricForwarder()
         self.runner: ModelRunner | None = None
+        self._responses: ResponseWriter | None = None
         self._keys = itertools.count(1)
-        self._commands = itertools.count()
+        #: commands are filed under -1, -2, ... (calls into the server under 1, 2, ...)
+        self._commands = itertools.count(1)
 
     def new_key(self) -> int:
         """A key for a call into the server (replies come back under it)."""
@@ -128,7 +132,7 @@ class Stub:
             return message[1]
         if kind in (INIT, EXECUTE, FINALIZE):
             # Only the reading thread routes, so the numbering is in arrival order.
-            return ("command", next(self._commands))
+            return -next(self._commands)
         return None
 
     def reply(self, message: Message) -> None:
@@ -147,18 +151,15 @@ class Stub:
 
     def serve(self) -> None:
         """Initialize, then run commands until ``finalize``; returns when done."""
-        for index in itertools.count():
-            message = self.channel.wait(("command", index))
-            if message[0] == INIT:
-                if not self._initialize(message):
-                    return
-            elif message[0] == EXECUTE:
-                self._execute(message)
-            else:
-                self._finalize(message)
+        handlers = {INIT: self._initialize, EXECUTE: self._execute, FINALIZE: self._finalize}
+        wait = self.channel.wait
+        for index in itertools.count(1):
+            message = wait(-index)
+            if not handlers[message[0]](message):
                 return
 
     def _initialize(self, message: Message) -> bool:
+        """Load the model and run its ``initialize``; whether to go on serving."""
         _, key, setup = message
         try:
             sys.path.extend(p for p in setup["sys_path"] if p not in sys.path)
@@ -168,38 +169,56 @@ class Stub:
             client = StubClient(self) if setup["client"] else None
             scope = pb_utils._ModelScope(str(model_file.parent), client)
             pb_utils._process_scope = scope
-            self.runner = ModelRunner(spec, module, scope)
+            # The process scope serves every thread: no context variable to set per call.
+            self.runner = ModelRunner(spec, module, scope, per_call_scope=False)
             self.runner.initialize(setup["args"])
+            self._responses = ResponseWriter(spec)
         except Exception as exc:
             self.reply((REPLY, key, error_to_wire(exc)))
             return False
         self.reply((REPLY, key, None))
         return True
 
-    def _execute(self, message: Message) -> None:
+    def _execute(self, message: Message) -> bool:
+        """Run one ``execute`` and reply with every response (decoupled: once it returned)."""
         _, key, block, wires = message
-        assert self.runner is not None
-        decoupled = self.runner.spec.decoupled
-        requests = read_requests(self.inbound, block, wires)
-        if decoupled:
-            for request in requests:
-                request.respond = self._responder(request)
-        results = self.runner.execute(requests)
-        if decoupled:
-            self.reply((REPLY, key, -1, []))
-        else:
-            self._send_results(key, results)
-
-    def _send_results(self, key: int, results: Sequence[ExecResult]) -> None:
+        runner = self.runner
+        assert runner is not None
+        if runner.spec.decoupled:
+            self._execute_decoupled(runner, message)
+            return True
+        requests = read_pb_requests(self.inbound, block, wires, runner.spec.outputs)
         try:
-            out_block, out_wires = write_results(self.writer, results)
-            self.reply((REPLY, key, out_block, out_wires))
+            responses = runner.run(requests)
+        except WorkbenchError as exc:
+            self.reply((REPLY, key, -1, failed_wires(len(wires), exc)))
+            return True
+        del requests  # inputs read in place go back to the server as soon as they can
+        self._reply_with(key, responses, wires)
+        return True
+
+    def _reply_with(self, key: int, responses: list[Any], wires: list[RequestWire]) -> None:
+        """Reply with the model's responses, their outputs in one block."""
+        writer = self._responses
+        assert writer is not None
+        out_block = -1
+        try:
+            out_block, results = writer.write(self.writer, responses, wires)
+            self.reply((REPLY, key, out_block, results))
         except ChannelClosed:
             raise
         except Exception as exc:  # e.g. response parameters that cannot be pickled
+            self.writer.region.free(out_block)
             error = InternalError(f"failed to return the responses: {type(exc).__name__}: {exc}")
-            failed = [ExecResult(error=error) for _ in results]
-            self.channel.send((REPLY, key, -1, write_results(self.writer, failed)[1]))
+            self.reply((REPLY, key, -1, failed_wires(len(wires), error)))
+
+    def _execute_decoupled(self, runner: ModelRunner, message: Message) -> None:
+        _, key, block, wires = message
+        requests = read_requests(self.inbound, block, wires)
+        for request in requests:
+            request.respond = self._responder(request)
+        runner.execute(requests)
+        self.reply((REPLY, key, -1, []))
 
     def _responder(self, request: StubRequest) -> Any:
         token = request.token
@@ -210,12 +229,13 @@ class Stub:
 
         return respond
 
-    def _finalize(self, message: Message) -> None:
+    def _finalize(self, message: Message) -> bool:
         if self.runner is not None:
             self.runner.finalize()
             self.runner.discard()
         self.metrics.stop()
         self.reply((REPLY, message[1]))
+        return False
 
 
 def _forward_logs(channel: Channel) -> None:

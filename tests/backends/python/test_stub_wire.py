@@ -1,0 +1,116 @@
+"""The stub's own wire path: EXECUTE wires to ``pb_utils`` requests, responses to REPLY wires."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.backends.model_folders import request
+from workbench.backends.python import pb_utils
+from workbench.backends.python._protocol import (
+    read_results,
+    write_requests,
+)
+from workbench.backends.python._runner import ModelSpec
+from workbench.backends.python._shm import (
+    IN_PLACE_BYTES,
+    BlockWriter,
+    Region,
+    create_region_fd,
+    read_arrays,
+)
+from workbench.backends.python._stub_wire import ResponseWriter, failed_wires, read_pb_requests
+from workbench.errors import InternalError, NotFoundError
+
+SPEC = ModelSpec("m", False, ("A", "B"), {"A": "INT32", "B": "FP32"})
+
+
+@pytest.fixture
+def region() -> Iterator[Region]:
+    fd = create_region_fd()
+    yield Region(fd)
+
+
+def _live(region: Region, block: int) -> bool:
+    return bool(region.map[block])
+
+
+def test_requests_come_out_as_pb_utils_requests(region: Region) -> None:
+    x = np.arange(4, dtype=np.float32)
+    plain = request({"X": x}, request_id="one")
+    sequenced = request({"X": x, "S": np.array([b"a", b""], dtype=np.object_)}, ["B"])
+    sequenced.parameters.update(sequence_id=7, sequence_start=True, custom="v")
+    block, wires = write_requests(BlockWriter(region), [plain, sequenced], [11, 12])
+
+    first, second = read_pb_requests(region, block, wires, SPEC.outputs)
+
+    assert not _live(region, block)  # small inputs are copies: the block is free at once
+    assert first.request_id() == "one" and first.requested_output_names() == ["A", "B"]
+    assert first.parameters() == "{}" and first.flags() == 0 and first.correlation_id() == 0
+    assert pb_utils.get_input_tensor_by_name(first, "X").as_numpy().tolist() == x.tolist()
+    assert second.requested_output_names() == ["B"]
+    assert second.correlation_id() == 7
+    assert second.flags() == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert second.parameters() == '{"custom": "v"}'
+    strings = pb_utils.get_input_tensor_by_name(second, "S")
+    assert strings.triton_dtype() == 13 and strings.as_numpy().tolist() == [b"a", b""]
+
+
+def test_big_inputs_keep_their_block_until_released(region: Region) -> None:
+    big = np.ones(IN_PLACE_BYTES // 4 + 1, dtype=np.float32)
+    block, wires = write_requests(BlockWriter(region), [request({"X": big})], [1])
+    [array] = read_arrays(region, block, wires[0][4])
+    assert _live(region, block) and array.sum() == big.size
+    del array
+    gc.collect()
+    assert not _live(region, block)
+
+
+def _round_trip(
+    region: Region, responses: list[Any], requested: list[list[str] | None]
+) -> list[Any]:
+    wires = [(i, "", names, {}, []) for i, names in enumerate(requested)]
+    block, results = ResponseWriter(SPEC).write(BlockWriter(region), responses, wires)
+    return read_results(region, block, results)
+
+
+def test_one_response_goes_with_its_declared_types(region: Region) -> None:
+    x = np.array([1.5, 2.5])  # float64: converted to the declared FP32 and INT32
+    response = pb_utils.InferenceResponse(
+        [pb_utils.Tensor("A", x), pb_utils.Tensor("B", x.astype(np.float32))],
+        parameters={"p": 1},
+    )
+    [result] = _round_trip(region, [response], [None])
+    a, b = result.outputs
+    assert (a.name, a.datatype, a.array.dtype) == ("A", "INT32", np.int32)
+    assert (b.name, b.datatype, b.array.tolist()) == ("B", "FP32", [1.5, 2.5])
+    assert result.parameters == {"p": 1} and result.error is None
+
+
+def test_several_responses_errors_and_requested_outputs(region: Region) -> None:
+    a = pb_utils.Tensor("A", np.array([1], np.int32))
+    b = pb_utils.Tensor("B", np.array([2.0], np.float32))
+    responses = [
+        pb_utils.InferenceResponse([a, b]),
+        pb_utils.InferenceResponse(
+            error=pb_utils.TritonError("gone", pb_utils.TritonError.NOT_FOUND)
+        ),
+        "not a response",
+        pb_utils.InferenceResponse([a, b]),
+    ]
+    ok, error, wrong, only_b = _round_trip(region, responses, [None, None, None, ["B"]])
+    assert [t.name for t in ok.outputs] == ["A", "B"]
+    assert isinstance(error.error, NotFoundError) and error.error_is_response
+    assert isinstance(wrong.error, InternalError) and not wrong.error_is_response
+    assert "found type 'str'" in wrong.error.message
+    assert [t.name for t in only_b.outputs] == ["B"]
+    assert only_b.outputs[0].array.tolist() == [2.0]
+
+
+def test_failed_wires_fail_every_request() -> None:
+    wires = failed_wires(2, InternalError("boom"))
+    assert wires == [(("InternalError", "boom"), [], {}, False)] * 2
