@@ -566,9 +566,11 @@ def test_tritonclient_streams_a_python_decoupled_model(stream_servers: tuple[str
 def test_perf_analyzer_over_grpc_reports_server_side_statistics(
     perf_analyzer: Path, peers: Peers, embedded_server: Server
 ) -> None:
+    # Up to 10 windows: gRPC latency here varies by milliseconds on a busy 2-core machine,
+    # and 4 windows sometimes ended without two that agreed (a flaky "unstable" exit).
     rc, output = run_perf_analyzer(
         "add_one", grpc_url_of(embedded_server), protocol="grpc", concurrency=2,
-        measurement_ms=1000, extra_args=["--max-trials=4", "--stability-percentage=50"],
+        measurement_ms=1000, extra_args=["--max-trials=10", "--stability-percentage=50"],
         peers=peers, timeout_s=120,
     )  # fmt: skip
     assert rc == 0, output

@@ -15,6 +15,8 @@ from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import InvalidArgumentError
 
 _LENGTH = 4
+#: numpy kinds whose buffer is their little-endian element bytes (bool, ints, floats)
+_BUFFER_KINDS = frozenset("biuf")
 
 
 def request_prefix(request_id: str) -> str:
@@ -78,6 +80,12 @@ def tensor_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
     """The binary tensor data of an output; fixed-size types without a copy when contiguous."""
     if datatype == "BYTES":
         return serialize_bytes(array)
+    dtype = array.dtype
+    if dtype.kind in _BUFFER_KINDS and dtype.byteorder != ">":
+        try:
+            return array.data.cast("B")  # the usual case: one call, no numpy view
+        except TypeError:
+            pass  # not C-contiguous, or empty (memoryview cannot cast those)
     contiguous = np.ascontiguousarray(array)
     if contiguous.dtype.byteorder == ">":
         contiguous = contiguous.astype(contiguous.dtype.newbyteorder("<"))

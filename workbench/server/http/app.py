@@ -10,6 +10,7 @@ in chunks as the model's responses arrive (``generate.py``).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from workbench.core.inference_core import InferenceCore
@@ -42,6 +43,25 @@ _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(lo
 _SHARED_MEMORY = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
+
+
+#: paths up to this long have their model route remembered (clients repeat the same few)
+_CACHED_PATH_CHARS = 512
+
+
+def model_route(path: str) -> tuple[str, str, str] | None:
+    """(model, version, kind) of a ``/v2/models/...`` path; ``None`` for any other path."""
+    if len(path) <= _CACHED_PATH_CHARS:
+        return _cached_model_route(path)
+    return _match_model_route(path)
+
+
+def _match_model_route(path: str) -> tuple[str, str, str] | None:
+    match = _MODEL.fullmatch(path)
+    return None if match is None else (match[1], match[2] or "", match[3] or "")
+
+
+_cached_model_route = functools.lru_cache(maxsize=256)(_match_model_route)
 
 
 class _Disconnected(Exception):
@@ -91,6 +111,9 @@ class HttpApp:
         if request.refusal is not None:
             return error_reply(request.refusal)
         try:
+            route = model_route(request.path)
+            if route is not None and route[2] == "infer":  # the hot path, without dispatch
+                return await self.infer(request, route[0], route[1])
             return await self.dispatch(request)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
             return error_reply(exc)
@@ -106,9 +129,12 @@ class HttpApp:
             return await self.endpoints.model_stats(req)
         if path == "/v2/logging":
             return await self.endpoints.logging(req)
-        match = _MODEL.fullmatch(path)
-        if match is not None:
-            reply = await self._model_route(req, match[1], match[2] or "", match[3] or "")
+        route = model_route(path)
+        if route is not None:
+            model, version, kind = route
+            if kind == "infer":
+                return await self.infer(req, model, version)
+            reply = await self._model_route(req, model, version, kind)
             if reply is not None:
                 return reply
         return await self._server_route(req, path)
@@ -116,8 +142,6 @@ class HttpApp:
     async def _model_route(
         self, req: HttpRequest, model: str, version: str, kind: str
     ) -> Reply | StreamedReply | None:
-        if kind == "infer":
-            return await self.infer(req, model, version)
         if kind == "":
             return await self.endpoints.model_metadata(req, model, version)
         if kind == "ready":

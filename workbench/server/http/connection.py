@@ -14,6 +14,7 @@ Only streamed (generate) replies use the ASGI ``send``/``receive`` shape, throug
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 from collections import deque
@@ -34,6 +35,11 @@ log = logging.getLogger("workbench.server.http")
 _MAX_QUEUED = 16
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b'{"error":"Invalid HTTP request received."}'
+#: urls up to this long have their decoded path remembered (clients repeat the same few)
+_CACHED_URL_BYTES = 512
+#: the headers the connection itself acts on
+_FRAMING_HEADERS = frozenset({b"content-length", b"expect"})
+_METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD")}
 
 
 def status_line(status: int) -> bytes:
@@ -47,15 +53,34 @@ def status_line(status: int) -> bytes:
 _STATUS_LINES = {status.value: status_line(status.value) for status in HTTPStatus}
 
 
-def reply_head(status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytearray:
-    """Status line and headers of a reply, up to and including the blank line."""
+def reply_head(
+    status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool, length: int = -1
+) -> bytearray:
+    """Status line and headers of a reply, up to and including the blank line; a
+    ``content-length`` first when ``length`` is given."""
     head = bytearray(_STATUS_LINES.get(status) or status_line(status))
+    if length >= 0:
+        head += b"content-length: %d\r\n" % length
     for name, value in headers:
-        head += b"%s: %s\r\n" % (name, value)
+        head += name + b": " + value + b"\r\n"
     if not keep_alive:
         head += b"connection: close\r\n"
     head += b"\r\n"
     return head
+
+
+def request_path(url: bytes) -> str:
+    """The decoded path of a request target (query and fragment dropped)."""
+    if len(url) <= _CACHED_URL_BYTES:
+        return _cached_path(url)
+    return _parse_path(url)
+
+
+def _parse_path(url: bytes) -> str:
+    return unquote(httptools.parse_url(url).path.decode("latin-1"))
+
+
+_cached_path = functools.lru_cache(maxsize=256)(_parse_path)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -72,16 +97,25 @@ class HttpConnection(asyncio.Protocol):
         self.closing = False
         self.queue: deque[tuple[HttpRequest, bool]] = deque()
         self.busy = False
+        self.paused = False
+        #: bytes of body so far (set by the first ``on_body`` of each request)
+        self.size = 0
         self._gone: asyncio.Future[None] | None = None
+        #: the task serving this connection's requests, and what it waits on when idle
+        self._serving: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.size = 0
+        #: the body's first chunk; ``more`` holds the rest when it came in several
+        self.body = b""
+        self.more: list[bytes] | None = None
         #: the error to answer instead of serving (a body over the size limit)
         self.refusal: Exception | None = None
+        #: how many "100 Continue" to send once the headers are in
+        self.continues = 0
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,6 +129,9 @@ class HttpConnection(asyncio.Protocol):
         self.closed = True
         self.connections.discard(self)
         self.queue.clear()
+        if self._waiter is not None:
+            self._waiter.set_result(None)  # the serving task sees the connection closed
+            self._waiter = None
         if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
 
@@ -114,75 +151,105 @@ class HttpConnection(asyncio.Protocol):
         self.transport.close()
 
     # -- httptools callbacks -------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._reset()
-
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
+        name = name.lower()
+        self.headers.append((name, value))
+        if name in _FRAMING_HEADERS:
+            self._framing(name, value)
+
+    def _framing(self, name: bytes, value: bytes) -> None:
+        """Content-Length and Expect, in the order they came (a 100-continue is not sent for
+        a body already known to be too large)."""
+        if name == b"content-length":
+            if value.isdigit():
+                size = int(value)
+                too_large = size > self.app.max_input_bytes
+                self.refusal = self.app.refuse_length(size) if too_large else None
+        elif value.lower() == b"100-continue" and not self.refusal:
+            self.continues += 1
 
     def on_headers_complete(self) -> None:
-        for name, value in self.headers:
-            if name == b"content-length" and value.isdigit():
-                self.refusal = self.app.refuse_length(int(value))
-            elif name == b"expect" and value.lower() == b"100-continue" and not self.refusal:
-                assert self.transport is not None
-                self.transport.write(_CONTINUE)
+        if self.continues:
+            assert self.transport is not None
+            self.transport.write(_CONTINUE * self.continues)  # one per Expect header
 
     def on_body(self, body: bytes) -> None:
         if self.refusal is not None:
             return  # read and dropped: the reply is the size error
-        self.size += len(body)
-        self.body.append(body)
-        self.refusal = self.app.refuse_length(self.size)
+        if not self.body:
+            self.body = body
+            self.size = len(body)
+        else:
+            self.more = self.more or [self.body]
+            self.more.append(body)
+            self.size += len(body)
+        if self.size > self.app.max_input_bytes:
+            self.refusal = self.app.refuse_length(self.size)
 
     def on_message_complete(self) -> None:
-        method = self.parser.get_method().decode("ascii")
-        path = unquote(httptools.parse_url(self.url).path.decode("latin-1"))
-        body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        request = HttpRequest(method, path, self.headers, body)
-        if self.refusal is not None:
-            request.refusal = self.refusal
+        method = self.parser.get_method()
+        body = self.body if self.more is None else b"".join(self.more)
+        request = HttpRequest(
+            _METHODS.get(method) or method.decode("ascii"),
+            request_path(self.url),
+            self.headers,
+            body,
+            self.refusal,
+        )
+        self._reset()  # for the next message (here rather than in on_message_begin: one call less)
         self.queue.append((request, self.parser.should_keep_alive()))
-        if not self.busy:
-            self._next()
+        self.busy = True
+        if self._waiter is not None:  # the serving task is idle: wake it
+            self._waiter.set_result(None)
+            self._waiter = None
+        elif self._serving is None:
+            self._serving = self.loop.create_task(self._serve_queue())
         elif len(self.queue) >= _MAX_QUEUED and self.transport is not None:
             self.transport.pause_reading()
+            self.paused = True
 
     # -- serving -------------------------------------------------------------------------------
-    def _next(self) -> None:
-        """Serve the next queued request, if any (one at a time keeps replies in order)."""
-        if not self.queue or self.closed or (self.transport and self.transport.is_closing()):
-            self.busy = False
-            return
-        self.busy = True
-        request, keep_alive = self.queue.popleft()
-        self.loop.create_task(self._serve(request, keep_alive))
-        if self.transport is not None and len(self.queue) < _MAX_QUEUED // 2:
-            self.transport.resume_reading()
+    def _stopped(self) -> bool:
+        return self.closed or (self.transport is not None and self.transport.is_closing())
 
-    async def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
-        try:
-            reply = await self.app.handle(request)
-            keep_alive = keep_alive and not self.closing
-            if isinstance(reply, Reply):
-                self._write_reply(reply, keep_alive)
-            else:
-                await reply.respond(_StreamSender(self, keep_alive).send, self._receive)
-        except Exception as exc:  # noqa: BLE001 - never leave a client without an answer
-            self._write_reply(error_reply(exc), keep_alive=False)
-            keep_alive = False
-        if not keep_alive:
-            self._close()
-        self._next()
+    async def _serve_queue(self) -> None:
+        """Serve queued requests one at a time (keeping replies in order), then wait for more.
+
+        One task per connection, woken through a future, because a task per request costs
+        more than the rest of the connection's work for a small request.
+        """
+        while True:
+            if not self.queue:
+                self.busy = False
+                self._waiter = self.loop.create_future()
+                await self._waiter
+            if self._stopped():
+                break
+            request, keep_alive = self.queue.popleft()
+            if self.paused and self.transport is not None and len(self.queue) < _MAX_QUEUED // 2:
+                self.transport.resume_reading()
+                self.paused = False
+            try:
+                reply = await self.app.handle(request)
+                keep_alive = keep_alive and not self.closing
+                if isinstance(reply, Reply):
+                    self._write_reply(reply, keep_alive)
+                else:
+                    await reply.respond(_StreamSender(self, keep_alive).send, self._receive)
+            except Exception as exc:  # noqa: BLE001 - never leave a client without an answer
+                self._write_reply(error_reply(exc), keep_alive=False)
+                keep_alive = False
+            if not keep_alive:
+                self._close()
+        self.busy = False
 
     def _write_reply(self, reply: Reply, keep_alive: bool) -> None:
         if self.closed or self.transport is None:
             return
-        headers = [(b"content-length", b"%d" % len(reply.body)), *reply.headers]
-        head = reply_head(reply.status, headers, keep_alive)
+        head = reply_head(reply.status, reply.headers, keep_alive, len(reply.body))
         head += reply.body
         self.transport.write(head)
 

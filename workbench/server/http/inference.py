@@ -10,18 +10,24 @@ from __future__ import annotations
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.core.inference_core import InferenceCore
-from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import UnsupportedError, WorkbenchError
 from workbench.server.classification import classify_outputs
 from workbench.server.http import compression
-from workbench.server.http.messages import METHOD_NOT_ALLOWED, HttpRequest, Reply, error_reply
+from workbench.server.http.messages import (
+    METHOD_NOT_ALLOWED,
+    Headers,
+    HttpRequest,
+    Reply,
+    error_reply,
+)
 from workbench.server.http.raw_request import decode_raw_request
 from workbench.server.http.request_codec import decode_infer_request, parse_header_length
-from workbench.server.http.response_codec import encode_infer_response
+from workbench.server.http.response_codec import encode_binary_response, encode_infer_response
 
 _JSON = (b"content-type", b"application/json")
 _BINARY = (b"content-type", b"application/octet-stream")
 _HEADER_LENGTH = b"inference-header-content-length"
+_INFER_HEADERS = frozenset({_HEADER_LENGTH, b"content-encoding", b"accept-encoding"})
 
 
 class InferEndpoint:
@@ -34,8 +40,9 @@ class InferEndpoint:
     async def __call__(self, req: HttpRequest, model: str, version: str) -> Reply:
         if req.method != "POST":
             return METHOD_NOT_ALLOWED
+        encoding, length, accept = _infer_headers(req.headers)
         try:
-            config, body, header_length = self._prepare(req, model, version)
+            config, body, header_length = self._prepare(req, model, version, encoding, length)
         except WorkbenchError as exc:
             return _early_error(exc)
         if header_length == 0:
@@ -47,12 +54,20 @@ class InferEndpoint:
         except WorkbenchError as exc:
             # Triton reports request validation with a JSON type, model failures without one.
             return error_reply(exc, plain=exc.code != "INVALID_ARG")
-        self._classify(request, response, config)
-        payload, length = encode_infer_response(response, request, binary_default)
-        return self._reply(req, payload, length)
+        encoded = encode_binary_response(response, request, binary_default)
+        if encoded is None:
+            if request.output_parameters:  # classes are only ever asked for there
+                classify_outputs(self.core, request, response, config.max_batch_size > 0)
+            encoded = encode_infer_response(response, request, binary_default)
+        return _reply(encoded[0], encoded[1], accept)
 
     def _prepare(
-        self, req: HttpRequest, model: str, version: str
+        self,
+        req: HttpRequest,
+        model: str,
+        version: str,
+        encoding: bytes | None,
+        length: bytes | None,
     ) -> tuple[ModelConfig, bytes | bytearray, int | None]:
         """Triton's checks before the body is parsed: model, decoupled, encoding, header."""
         config: ModelConfig = self.core.model_config(model, version)
@@ -60,27 +75,42 @@ class InferEndpoint:
             raise UnsupportedError(
                 "HTTP end point doesn't support models with decoupled transaction policy"
             )
-        encoding = req.header(b"content-encoding")
-        body = compression.decompress(req.body, encoding, self.max_input_bytes)
-        header_length = parse_header_length(req.header(_HEADER_LENGTH), len(body))
+        body = req.body
+        if encoding is not None:
+            body = compression.decompress(body, encoding, self.max_input_bytes)
+        header_length = parse_header_length(length, len(body))
         if header_length is None and not body:
             header_length = 0  # an empty body is a raw request of zero bytes, as in Triton
         return config, body, header_length
 
-    def _classify(
-        self, request: InferRequest, response: InferResponse, config: ModelConfig
-    ) -> None:
-        classify_outputs(self.core, request, response, config.max_batch_size > 0)
 
-    def _reply(self, req: HttpRequest, payload: bytes, header_length: int | None) -> Reply:
-        headers = [_JSON] if header_length is None else [_BINARY]
-        if header_length is not None:
-            headers.append((_HEADER_LENGTH, str(header_length).encode()))
-        encoding = compression.response_encoding(req.header(b"accept-encoding"))
+def _infer_headers(headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """Content-Encoding, Inference-Header-Content-Length and Accept-Encoding in one pass (the
+    first of each, as ``HttpRequest.header`` finds them)."""
+    encoding = length = accept = None
+    for name, value in headers:
+        if name not in _INFER_HEADERS:
+            continue  # most headers: one set lookup (the name's hash is cached on it)
+        if name == _HEADER_LENGTH:
+            length = value if length is None else length
+        elif name == b"content-encoding":
+            encoding = value if encoding is None else encoding
+        else:
+            accept = value if accept is None else accept
+    return encoding, length, accept
+
+
+def _reply(payload: bytes, header_length: int | None, accept: bytes | None) -> Reply:
+    if header_length is None:
+        headers = [_JSON]
+    else:
+        headers = [_BINARY, (_HEADER_LENGTH, b"%d" % header_length)]
+    if accept:
+        encoding = compression.response_encoding(accept)
         if encoding != "identity":
             payload = compression.compress(payload, encoding)
             headers.append((b"content-encoding", encoding.encode()))
-        return Reply(200, payload, headers)
+    return Reply(200, payload, headers)
 
 
 def _early_error(error: WorkbenchError) -> Reply:

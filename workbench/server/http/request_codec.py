@@ -25,13 +25,13 @@ from workbench.core.request import InferRequest
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
+from workbench.server.http.request_plan import Body, cached_plan, make_plan, remember_plan
 from workbench.server.tensor_bytes import (
     deserialize_bytes,
     request_prefix,
     tensor_from_buffer,
 )
 
-Body = bytes | bytearray | memoryview
 _RESERVED_PREFIX = "triton_"
 _TYPED_PARAMETERS = {
     "sequence_start": (bool, NON_BOOL),
@@ -46,6 +46,8 @@ def parse_header_length(value: bytes | None, content_length: int) -> int | None:
     """The ``Inference-Header-Content-Length`` header; ``None`` when absent (all JSON)."""
     if value is None:
         return None
+    if value.isdigit() and int(value) <= content_length:
+        return int(value)  # the usual case, without decoding the text
     text = value.decode("latin-1").strip()
     try:
         length = int(text)
@@ -68,9 +70,29 @@ def decode_infer_request(
     Returns the request and whether outputs not listed in ``outputs`` are returned as binary
     (the ``binary_data_output`` request parameter).
     """
-    view = memoryview(body)
-    end = len(view) if header_length is None else header_length
-    document = _json.loads(view[:end])
+    if header_length is None:
+        view = memoryview(body)
+        return _decode_document(_json.loads(view), view, len(view), model_name, model_version)
+    header = bytes(body[:header_length])
+    plan = cached_plan(header)
+    document = None
+    if plan is None:
+        document = _json.loads(header)
+        plan = make_plan(document)
+        if plan is not None:
+            remember_plan(header, plan)
+    request = None if plan is None else plan.request(body, header_length, model_name, model_version)
+    if request is not None:
+        return request, False
+    if document is None:
+        document = _json.loads(header)
+    return _decode_document(document, memoryview(body), header_length, model_name, model_version)
+
+
+def _decode_document(
+    document: Any, view: memoryview, end: int, model_name: str, model_version: str
+) -> tuple[InferRequest, bool]:
+    """The full decoder: every field checked, Triton's error texts."""
     if not isinstance(document, dict):
         raise access_error("inputs", "", member="inputs")
     request = InferRequest(model_name=model_name, model_version=model_version)

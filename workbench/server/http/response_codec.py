@@ -19,6 +19,11 @@ from workbench.errors import InvalidArgumentError
 from workbench.server.http import _json
 from workbench.server.tensor_bytes import as_bytes, tensor_buffer
 
+#: JSON headers of binary responses by what they say; only short ones, at most ``_CACHED_HEADS``
+_CACHED_HEAD_BYTES = 4096
+_CACHED_HEADS = 256
+_heads: dict[tuple[Any, ...], bytes] = {}
+
 
 def output_is_binary(name: str, request: InferRequest, binary_default: bool) -> bool:
     """An output listed in the request follows its own ``binary_data`` (default false)."""
@@ -39,27 +44,76 @@ def encode_infer_response(
     header["model_version"] = str(response.model_version)
     if response.parameters:
         header["parameters"] = response.parameters
+    listed = request.output_parameters
     outputs: list[dict[str, Any]] = []
-    buffers: list[bytes | memoryview] = []
+    parts: list[bytes | memoryview] = [b""]  # the JSON header goes first, once written
     for tensor in response.outputs:
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,
-            "shape": list(tensor.shape),
+            "shape": list(tensor.array.shape),
         }
-        if output_is_binary(tensor.name, request, binary_default):
+        params = listed.get(tensor.name)
+        if binary_default if params is None else params.get("binary_data", False):
             buffer = tensor_buffer(tensor.array, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(buffer)}
             if len(buffer):
-                buffers.append(buffer)
+                parts.append(buffer)
         else:
             entry["data"] = json_data(tensor)
         outputs.append(entry)
     header["outputs"] = outputs
     head = _json.dumps(header)
-    if not buffers:
+    if len(parts) == 1:
         return head, None
-    return b"".join([head, *buffers]), len(head)
+    parts[0] = head
+    return b"".join(parts), len(head)
+
+
+def encode_binary_response(
+    response: InferResponse, request: InferRequest, binary_default: bool
+) -> tuple[bytes, int | None] | None:
+    """``encode_infer_response`` for the usual response, or ``None`` for any other.
+
+    Usual: no response parameters, every output fixed-size and asked for in binary, none asked
+    for as classes (the caller classifies first when this says ``None``). Its JSON header is
+    the same for every response of the same outputs, so it is written once and remembered.
+    """
+    if response.parameters:
+        return None
+    listed = request.output_parameters
+    key: list[Any] = [response.id, response.model_name, response.model_version]
+    parts: list[bytes | memoryview] = [b""]  # the JSON header goes first
+    for tensor in response.outputs:
+        params = listed.get(tensor.name)
+        if not (binary_default if params is None else params.get("binary_data", False)):
+            return None
+        if tensor.datatype == "BYTES" or (params and params.get("classification")):
+            return None
+        try:
+            buffer = tensor_buffer(tensor.array, tensor.datatype)
+        except Exception:  # noqa: BLE001 - the general path raises it, after classifying
+            return None
+        key += (tensor.name, tensor.datatype, tensor.array.shape, len(buffer))
+        if len(buffer):
+            parts.append(buffer)
+    head = _heads.get(tuple(key))
+    if head is None:
+        head = _remember_head(tuple(key), encode_infer_response(response, request, binary_default))
+    if len(parts) == 1:
+        return head, None
+    parts[0] = head
+    return b"".join(parts), len(head)
+
+
+def _remember_head(key: tuple[Any, ...], encoded: tuple[bytes, int | None]) -> bytes:
+    body, length = encoded
+    head = body if length is None else body[:length]
+    if len(head) <= _CACHED_HEAD_BYTES:
+        if len(_heads) >= _CACHED_HEADS:
+            _heads.clear()  # many distinct headers: start over rather than track recency
+        _heads[key] = head
+    return head
 
 
 def json_data(tensor: Tensor) -> list[Any]:
@@ -76,4 +130,4 @@ def json_data(tensor: Tensor) -> list[Any]:
     return values
 
 
-__all__ = ["encode_infer_response", "json_data", "output_is_binary"]
+__all__ = ["encode_binary_response", "encode_infer_response", "json_data", "output_is_binary"]
