@@ -87,9 +87,11 @@ class BackendModel:
     """A version served by a backend: checks requests, schedules them on its instances.
 
     It is the schedulers' ``Executor``: they reserve an instance (``acquire``) and hand it a
-    batch (``execute``); the batch runs on the instance's worker thread, or is awaited on the
-    loop for instances that offer ``execute_async`` (stub processes), and completes on the
-    loop, where every request's future is settled and the statistics recorded.
+    batch (``execute``); the batch runs on the instance's worker thread, or, for instances that
+    talk to their own process (stub processes), is sent from the loop: ``start_execute`` sends
+    it in the scheduler's own loop step and settles it from the reply's callback, and
+    ``execute_async`` (awaited in a task) serves when that path declines. Either way it
+    completes on the loop, where every request's future is settled and the statistics recorded.
     """
 
     def __init__(
