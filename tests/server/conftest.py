@@ -42,7 +42,7 @@ def serve(app: Any) -> Iterator[str]:
     if isinstance(app, HttpApp):
         yield from _serve_frontend(app, sock)
     else:
-        yield from _serve_uvicorn(app, sock)
+        yield from serve_with_uvicorn(app, sock)
     sock.close()
 
 
@@ -68,7 +68,7 @@ def _serve_frontend(app: HttpApp, sock: socket.socket) -> Iterator[str]:
         loop.close()
 
 
-def _serve_uvicorn(app: Any, sock: socket.socket) -> Iterator[str]:
+def serve_with_uvicorn(app: Any, sock: socket.socket) -> Iterator[str]:
     config = uvicorn.Config(
         app, lifespan="off", access_log=False, log_level="warning", http="httptools"
     )

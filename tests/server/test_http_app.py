@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.server.conftest import RunningServer, serve
+from tests.server.conftest import RunningServer, serve, serve_with_uvicorn
 from tests.server.fake_core import FakeCore
 from workbench.server.http import create_app
 
@@ -265,3 +266,26 @@ def test_load_body_is_base64_per_triton(running: RunningServer) -> None:
     )
     assert reply.status_code == 200 and reply.content == b""
     assert running.core.loads[-1][2] == {"file:1/x.bin": b"\x00\x01"}
+
+
+def test_the_app_is_also_plain_asgi() -> None:
+    """``create_app`` stays an ASGI app (mountable in any ASGI server): the same answers
+    behind uvicorn, including the size limit and a streamed generate reply."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    app = create_app(FakeCore(), max_input_bytes=1 << 10)  # type: ignore[arg-type]
+    try:
+        for url in serve_with_uvicorn(app, sock):
+            triton = httpclient.InferenceServerClient(url.removeprefix("http://"))
+            infer_add_one(triton, binary=True)
+            triton.close()
+            big = requests.post(f"{url}/v2/models/add_one/infer", data=b"x" * 2048, timeout=10)
+            assert big.status_code == 400
+            assert "exceeds the maximum allowed value of 1024 bytes" in big.json()["error"]
+            stream = requests.post(
+                f"{url}/v2/models/repeat/generate_stream", json={"COUNT": 2}, timeout=10
+            )
+            assert stream.status_code == 200
+            assert stream.text.count("data: ") == 2
+    finally:
+        sock.close()

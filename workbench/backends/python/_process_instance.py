@@ -108,9 +108,8 @@ class ProcessModelInstance:
         """
         loop = asyncio.get_running_loop()
         for _attempt in range(2):
-            stub, restart = self._stub, self._restart
-            restarting = restart is not None and restart.is_alive()
-            if stub is None or restarting or self._closing or self.launch.spec.decoupled:
+            stub = self._loop_stub()
+            if stub is None:
                 return await loop.run_in_executor(None, self.execute, requests)
             try:
                 return await stub.execute_async(requests, loop)
@@ -131,9 +130,8 @@ class ProcessModelInstance:
         when this path cannot take the call (a stub starting, a decoupled model, a channel
         read by a thread, a stub found dead): nothing was sent, use ``execute_async``.
         """
-        stub, restart = self._stub, self._restart
-        restarting = restart is not None and restart.is_alive()
-        if stub is None or restarting or self._closing or self.launch.spec.decoupled:
+        stub = self._loop_stub()
+        if stub is None:
             return False
 
         def finished(results: list[ExecResult] | None, error: BaseException | None) -> None:
@@ -147,6 +145,15 @@ class ProcessModelInstance:
         except StubGone:  # it died while idle; execute_async restarts it and sends again
             self._died(stub)
             return False
+
+    def _loop_stub(self) -> StubProcess | None:
+        """The stub the loop may call now; None while it (re)starts, when closing, and for
+        decoupled models (those take ``execute`` on a thread)."""
+        stub, restart = self._stub, self._restart
+        restarting = restart is not None and restart.is_alive()
+        if stub is None or restarting or self._closing or self.launch.spec.decoupled:
+            return None
+        return stub
 
     def _fail(self, requests: Sequence[ExecRequest], error: WorkbenchError) -> list[ExecResult]:
         if not self.launch.spec.decoupled:

@@ -225,7 +225,7 @@ class StubProcess:
         reader = self._reader_on(loop)
         if reader is None:
             return await loop.run_in_executor(None, self.execute, requests)
-        reply = reader.expect(self._send_execute(reader, requests))
+        reply = reader.expect(self._send_execute(requests))
         _, _, out_block, out_wires = await reply
         return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
 
@@ -253,7 +253,7 @@ class StubProcess:
             results = read_results(self._from_stub, reply[2], reply[3])
             on_done(results, None)  # type: ignore[arg-type]
 
-        reader.expect_call(self._send_execute(reader, requests), replied)
+        reader.expect_call(self._send_execute(requests), replied)
         return True
 
     def _reader_on(self, loop: asyncio.AbstractEventLoop) -> LoopReader | None:
@@ -269,7 +269,7 @@ class StubProcess:
         self._loop_reader = reader
         return reader
 
-    def _send_execute(self, reader: LoopReader, requests: Sequence[ExecRequest]) -> int:
+    def _send_execute(self, requests: Sequence[ExecRequest]) -> int:
         """Write the inputs and send the call; its key. ``StubGone`` when the child is gone."""
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))

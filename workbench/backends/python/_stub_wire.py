@@ -31,9 +31,7 @@ def read_pb_requests(
     """The ``pb_utils`` requests of an ``EXECUTE`` (``read_arrays``: when the block is freed)."""
     if len(wires) == 1:  # the common case, without the splitting
         _, request_id, requested, parameters, descs = wires[0]
-        arrays = read_arrays(region, block, descs)
-        from_wire = pb_utils.Tensor._from_wire
-        inputs = [from_wire(d[0], d[1], array) for d, array in zip(descs, arrays)]  # noqa: B905
+        inputs = _tensors(descs, read_arrays(region, block, descs))
         return [pb_request(request_id, inputs, requested, parameters, all_outputs)]
     arrays = read_arrays(region, block, [desc for *_, descs in wires for desc in descs])
     requests, start = [], 0
