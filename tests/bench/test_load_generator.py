@@ -47,8 +47,17 @@ def test_concurrency_workers_keep_exactly_that_many_requests_in_flight() -> None
 
 
 def test_failures_are_counted_and_the_load_goes_on() -> None:
+    # Ended by request count, not by time: a stalled CI machine may send only two in 0.15 s.
+    stop = threading.Event()
     server = FakeServer(fail_every=3)
-    result = asyncio.run(closed_loop(server, concurrency=2, duration_s=0.15))
+
+    async def send() -> None:
+        if server.sent + 1 >= 12:
+            stop.set()
+        await server()
+
+    result = asyncio.run(closed_loop(send, concurrency=2, duration_s=30, stop=stop))
+    assert server.sent >= 12
     assert result.errors == server.sent // 3
     assert result.first_error == "request 3 refused"
     assert len(result.latencies_s) == server.sent - result.errors

@@ -232,3 +232,33 @@ def test_stopping_finishes_the_request_in_flight_and_closes_idle_connections(
     assert stoppable.done.wait(10)
     with pytest.raises(OSError):
         connect(stoppable.url).close()
+
+
+def test_past_the_exit_timeout_the_request_is_cut_and_no_task_outlives_serve() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    frontend = HttpFrontend(create_app(SlowCore()), sock, exit_timeout_s=0.1)  # type: ignore[arg-type]
+
+    async def main() -> tuple[bytes, set[asyncio.Task[object]], float]:
+        await frontend.start()
+        serving = asyncio.create_task(frontend.serve())
+        port = sock.getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        _, idle = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(post("/v2/models/add_one/infer", INFER_BODY))
+        await asyncio.sleep(0.1)  # the infer (0.5 s) is in flight
+        began = time.monotonic()
+        frontend.request_exit()
+        await asyncio.wait_for(serving, 5)
+        took = time.monotonic() - began
+        left = asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+        answer = await reader.read()  # the connection was cut without a reply
+        writer.close()
+        idle.close()
+        return answer, left, took
+
+    answer, left, took = asyncio.run(main())
+    sock.close()
+    assert answer == b""
+    assert not left
+    assert took < SlowCore.delay_s

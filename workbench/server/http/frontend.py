@@ -42,13 +42,19 @@ class HttpFrontend:
         assert self._server is not None
         await self._exit.wait()
         self._server.close()
-        for connection in list(self.connections):
+        open_now = list(self.connections)
+        for connection in open_now:
             connection.shutdown()
         deadline = time.monotonic() + self.exit_timeout_s
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(_DRAIN_POLL_S)
         for connection in list(self.connections):
             connection.abort()
+            if (task := connection.serving_task()) is not None:
+                task.cancel()  # past the grace period: a request still being served ends here
+        # A closed connection's task ends on its own once woken; awaited so none outlives the loop.
+        tasks = [task for c in open_now if (task := c.serving_task()) is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._server.wait_closed()
 
     def request_exit(self) -> None:
