@@ -5,6 +5,9 @@ Both servers serve a fresh copy of the same Python-model repository
 batching). perf_analyzer drives each over HTTP (``--protocol grpc``: ``-i grpc``; server-side
 statistics are still read over HTTP) at every requested concurrency, one server at a time, and
 the script prints a markdown table with a ratio row (workbench / Triton).
+``--servers ... workbench-in-process`` adds the same model opted into in-process execution
+(``WORKBENCH_IN_PROCESS``: no stub process, no crash isolation, one core), to show what the
+process boundary costs.
 
 The workbench server runs in its own process (``python -m workbench serve``) so that neither
 the load generator nor this script shares its GIL. Usage::
@@ -52,7 +55,9 @@ from tests.integration.peers import (  # noqa: E402
 
 SOURCE_REPOSITORY = REPO_ROOT / "tests" / "assets" / "conformance_repo"
 MODEL = "add_one"
-_LABELS = {"triton": TRITON, "workbench": WORKBENCH}
+IN_PROCESS = f"{WORKBENCH} (in-process)"
+_LABELS = {"triton": TRITON, "workbench": WORKBENCH, "workbench-in-process": IN_PROCESS}
+_IN_PROCESS_KEY = 'parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }\n'
 
 
 @dataclass(frozen=True)
@@ -89,10 +94,11 @@ def run_triton(run: Run, repository: Path, logs: Path) -> Series:
     return series
 
 
-def run_workbench(run: Run, repository: Path, logs: Path) -> Series:
+def run_workbench(run: Run, repository: Path, logs: Path, label: str = WORKBENCH) -> Series:
     """The embedded workbench server, as a separate process."""
-    series = Series(WORKBENCH, MODEL)
-    with workbench_server(repository, logs / "workbench.log", (MODEL,)) as server:
+    series = Series(label, MODEL)
+    log_name = "workbench-in-process.log" if label == IN_PROCESS else "workbench.log"
+    with workbench_server(repository, logs / log_name, (MODEL,)) as server:
         series.startup_s = server.startup_s
         run.measure(series, server)
     return series
@@ -115,13 +121,18 @@ def format_table(results: Sequence[Series], concurrencies: Sequence[int]) -> str
 
 def _ratio_rows(results: Sequence[Series], concurrencies: Sequence[int]) -> list[list[str]]:
     by_name = {series.server: series for series in results}
-    if TRITON not in by_name or WORKBENCH not in by_name:
+    if TRITON not in by_name:
         return []
-    row = ["ratio workbench / Triton"]
-    for c in concurrencies:
-        ours, theirs = by_name[WORKBENCH].at(c), by_name[TRITON].at(c)
-        row += [ratio(ours.infer_per_s, theirs.infer_per_s), ratio(ours.p99_ms, theirs.p99_ms)]
-    return [row]
+    rows = []
+    for label in (WORKBENCH, IN_PROCESS):
+        if label not in by_name:
+            continue
+        row = [f"ratio {label} / Triton"]
+        for c in concurrencies:
+            ours, theirs = by_name[label].at(c), by_name[TRITON].at(c)
+            row += [ratio(ours.infer_per_s, theirs.infer_per_s), ratio(ours.p99_ms, theirs.p99_ms)]
+        rows.append(row)
+    return rows
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -131,7 +142,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="default: 1 8 (HTTP), 1 8 32 (gRPC)")  # fmt: skip
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--max-trials", type=int, default=None)
-    parser.add_argument("--servers", nargs="+", choices=("triton", "workbench"),
+    parser.add_argument("--servers", nargs="+", choices=tuple(_LABELS),
                         default=["triton", "workbench"])  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
     parser.add_argument("--markdown", type=Path, default=None,
@@ -142,10 +153,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run_server(name: str, run: Run, workdir: Path) -> Series:
     """Serve a fresh copy of the repository with ``name``; a start failure is recorded."""
     repository = copy_repository(SOURCE_REPOSITORY, workdir / f"repo-{name}")
-    runner = run_triton if name == "triton" else run_workbench
     print(f"{name}: starting on a copy of {SOURCE_REPOSITORY.name}", flush=True)
     try:
-        return runner(run, repository, workdir)
+        if name == "triton":
+            return run_triton(run, repository, workdir)
+        if name == "workbench-in-process":
+            with (repository / MODEL / "config.pbtxt").open("a") as config:
+                config.write(_IN_PROCESS_KEY)
+        return run_workbench(run, repository, workdir, _LABELS[name])
     except RuntimeError as error:  # TritonStartError is a RuntimeError too
         print(f"{name}: failed to start: {str(error).splitlines()[0]}", flush=True)
         return Series(_LABELS[name], MODEL, error=str(error))

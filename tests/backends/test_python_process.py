@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -458,3 +459,23 @@ def test_helper_modules_of_the_same_name_stay_apart(repo: Path, instances: list[
         instances.append(instance)
         [result] = instance.execute([request({"X": np.zeros(2, np.float32)})])
         assert result.outputs[0].array.tolist() == [value]
+
+
+def test_the_stub_imports_the_servers_workbench_and_the_model_the_working_directory(
+    repo: Path, instances: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow = tmp_path / "cwd"
+    (shadow / "workbench").mkdir(parents=True)
+    (shadow / "workbench" / "__init__.py").write_text("raise SystemExit('the wrong workbench')\n")
+    (shadow / "helper_in_cwd.py").write_text("STEP = 41\n")
+    monkeypatch.chdir(shadow)
+    monkeypatch.setattr("sys.path", ["", *sys.path])  # as in a notebook
+    model = "import helper_in_cwd\n" + MODEL.replace(
+        "STARTS = []", "STARTS = []\nassert helper_in_cwd.STEP == 41"
+    )
+    write_model(repo, "cwd_user", PBTXT, {"1/model.py": model})
+    instance = PythonBackend().create_instance(context_for(repo / "cwd_user"))
+    instances.append(instance)
+    assert isinstance(instance, ProcessModelInstance)
+    [result] = instance.execute([request(_x(1))])
+    assert {t.name: t for t in result.outputs}["Y"].array.tolist() == [2]

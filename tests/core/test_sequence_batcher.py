@@ -17,6 +17,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult
+from workbench.core import _deadline_timer
 from workbench.core.request import InferRequest
 from workbench.core.scheduler import Pending, Slot
 from workbench.core.sequence_batcher import (
@@ -32,6 +33,7 @@ from workbench.errors import (
     InvalidArgumentError,
     UnavailableError,
 )
+from workbench.server.hosting import new_event_loop
 
 T = TypeVar("T")
 
@@ -537,6 +539,37 @@ def test_oldest_queue_delay_releases_a_small_batch() -> None:
         await batcher.close()
 
     run(scenario)
+
+
+@pytest.mark.skipif(_deadline_timer._TIMERFD is None, reason="needs Linux timerfd")
+def test_oldest_sub_millisecond_delay_is_kept_and_slept_through() -> None:
+    async def sequences(delay_us: int) -> tuple[float, float]:
+        """Wall and CPU seconds of 20 one-request sequences, each alone for its delay."""
+        executor = FakeExecutor()
+        config = make_config(max_batch_size=4, strategy=OLDEST % delay_us)
+        batcher = SequenceBatcher(config, executor)
+        wall, cpu = time.monotonic(), time.process_time()
+        for number in range(1, 21):
+            begin = time.monotonic_ns()
+            start_end = {"sequence_start": True, "sequence_end": True}
+            await batcher.submit(pending(f"r{number}", sequence_id=number, **start_end))
+            assert (time.monotonic_ns() - begin) / 1000 >= delay_us
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        assert [len(e.requests) for e in executor.executions] == [1] * 20
+        await batcher.close()
+        return wall, cpu
+
+    async def scenario() -> None:
+        wall_0, cpu_0 = await sequences(0)
+        wall, cpu = await sequences(300)
+        # The delays add wall time, not CPU: yielding to the loop until them kept a CPU busy.
+        assert cpu - cpu_0 < (wall - wall_0) / 2
+
+    loop = new_event_loop()  # the server's: uvloop's timers round 300 us down to nothing
+    try:
+        loop.run_until_complete(asyncio.wait_for(scenario(), 20))
+    finally:
+        loop.close()
 
 
 def test_oldest_candidates_beyond_the_limit_wait() -> None:

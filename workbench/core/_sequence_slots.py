@@ -16,6 +16,7 @@ import numpy as np
 
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult
+from workbench.core._deadline_timer import DeadlineTimer
 from workbench.core._sequence_controls import SequenceControls, SequenceKey, StateSpec
 from workbench.core.request import InferRequest
 from workbench.core.scheduler import Pending
@@ -73,6 +74,11 @@ class Lane:
     #: ``oldest``: sequences whose next request can join the next batch, longest waiting first
     ready: deque[TrackedSequence] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
+    #: sets ``wake`` at the end of a queue delay (sub-millisecond delays stay on time)
+    timer: DeadlineTimer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timer = DeadlineTimer(self.wake.set)
 
     def fronts(self) -> list[QueuedRequest]:
         """The next request of each slot that has one."""

@@ -230,7 +230,9 @@ class SequenceBatcher:
             lane.wake.clear()
             delay = self._delay(lane)
             if delay is None or delay > 0:
-                await wait_event(lane.wake, delay)
+                if delay is not None:  # a late or spare wake-up only re-checks the delay
+                    lane.timer.arm(time.monotonic_ns() + int(delay * 1e9))
+                await lane.wake.wait()
                 continue
             slot = await self.executor.acquire(lane.index)
             jobs = self._oldest_batch(lane) if self._oldest else self._direct_batch(lane)
@@ -420,3 +422,5 @@ class SequenceBatcher:
             task.cancel()
         # The executions still running finish and settle their requests.
         await asyncio.gather(*tasks, *self._executions, return_exceptions=True)
+        for lane in self._lanes:
+            lane.timer.close()

@@ -71,6 +71,16 @@ def unhealthy(instance_name: str) -> InternalError:
     )
 
 
+#: ``python -c`` (or ``-m``) would put the working directory first on ``sys.path``, so a
+#: ``workbench`` folder there would be imported instead of the server's own. Dropping that entry
+#: leaves ``PYTHONPATH`` (the server's package root, see ``_child_env``) first; the model's own
+#: import paths, the working directory included, arrive with INIT.
+_BOOT = (
+    "import sys, runpy; del sys.path[0]; "
+    "runpy.run_module('workbench.backends.python.stub', run_name='__main__', alter_sys=True)"
+)
+
+
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(workbench.__file__).resolve().parent.parent)
@@ -123,7 +133,7 @@ class StubProcess:
         fds = (theirs.fileno(), to_stub, from_stub)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workbench.backends.python.stub", *map(str, fds)],
+                [sys.executable, "-c", _BOOT, *map(str, fds)],
                 pass_fds=fds,
                 env=_child_env(),
                 stdin=subprocess.DEVNULL,
@@ -174,7 +184,9 @@ class StubProcess:
             "model_file": str(launch.model_file),
             "args": launch.args,
             "client": launch.client is not None,
-            "sys_path": [p for p in sys.path if p and p not in ADDED_PATHS],
+            # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
+            # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
+            "sys_path": [p or os.getcwd() for p in sys.path if p not in ADDED_PATHS],
         }
         key = next(self._keys)
         try:
