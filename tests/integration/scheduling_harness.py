@@ -38,6 +38,8 @@ MODELS = (
 CACHE_BYTES = 1048576
 T = TypeVar("T")
 Scenario = Callable[[int], Any]
+#: runs of a timing-tight scenario on real Triton before its result counts as changed
+_TIMING_ATTEMPTS = 3
 
 
 class Servers(NamedTuple):
@@ -216,6 +218,14 @@ def _on_both(servers: Servers, scenario: Scenario) -> tuple[Any, Any]:
         return real.result(), ours.result()
 
 
+def _until(scenario: Scenario, port: int, expected: Any) -> list[Any]:
+    """Runs of ``scenario`` on ``port`` until one sees ``expected`` (_TIMING_ATTEMPTS at most)."""
+    seen = [scenario(port)]
+    while seen[-1] != expected and len(seen) < _TIMING_ATTEMPTS:
+        seen.append(scenario(port))
+    return seen
+
+
 def check(
     servers: Servers,
     scenario: Scenario,
@@ -226,14 +236,21 @@ def check(
 ) -> None:
     """Triton's observation must be ``expected`` and ours Triton's.
 
-    ``apart``: one server after the other, for scenarios whose timing margins are tight on a
-    busy 2-core machine. ``deliberate``: removes a documented difference from our observation
-    (and asserts it is there) before comparing.
+    ``apart``: one server after the other, for scenarios whose timing margins (tens to
+    hundreds of ms) are tight on a busy 2-core machine. Each server gets up to
+    ``_TIMING_ATTEMPTS`` runs to show the recorded result: a late thread or a late wake-up on
+    a shared host made real Triton miss it on CI. Every miss is shown when all runs miss.
+    ``deliberate``: removes a documented difference from our observation (and asserts it is
+    there) before comparing.
     """
     if apart:
-        real, ours = scenario(servers.real.http_port), scenario(servers.ours.http_port)
-    else:
-        real, ours = _on_both(servers, scenario)
+        assert deliberate is None, "no apart scenario has a deliberate difference yet"
+        reals = _until(scenario, servers.real.http_port, expected)
+        assert reals[-1] == expected, f"real Triton no longer behaves as recorded: {reals!r}"
+        ours_runs = _until(scenario, servers.ours.http_port, expected)
+        assert ours_runs[-1] == expected, f"ours: {ours_runs!r}\nTriton: {expected!r}"
+        return
+    real, ours = _on_both(servers, scenario)
     assert real == expected, f"real Triton no longer behaves as recorded: {real!r}"
     if deliberate is not None:
         ours = deliberate(ours)

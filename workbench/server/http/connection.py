@@ -86,9 +86,16 @@ _cached_path = functools.lru_cache(maxsize=256)(_parse_path)
 class HttpConnection(asyncio.Protocol):
     """Parses requests off one connection and writes their replies, in order."""
 
-    def __init__(self, app: HttpApp, connections: set[HttpConnection]) -> None:
+    def __init__(
+        self,
+        app: HttpApp,
+        connections: set[HttpConnection],
+        tasks: set[asyncio.Task[None]] | None = None,
+    ) -> None:
         self.app = app
         self.connections = connections
+        #: the front end's serving tasks: this connection's joins while it runs
+        self.tasks: set[asyncio.Task[None]] = set() if tasks is None else tasks
         self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -207,6 +214,8 @@ class HttpConnection(asyncio.Protocol):
             self._waiter = None
         elif self._serving is None:
             self._serving = self.loop.create_task(self._serve_queue())
+            self.tasks.add(self._serving)
+            self._serving.add_done_callback(self.tasks.discard)
         elif len(self.queue) >= _MAX_QUEUED and self.transport is not None:
             self.transport.pause_reading()
             self.paused = True

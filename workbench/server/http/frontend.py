@@ -26,13 +26,17 @@ class HttpFrontend:
         self.sock = sock
         self.exit_timeout_s = exit_timeout_s
         self.connections: set[HttpConnection] = set()
+        #: every connection's serving task while it runs (awaited before ``serve`` returns)
+        self.tasks: set[asyncio.Task[None]] = set()
         self._exit = asyncio.Event()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         """Accept connections from now on."""
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: HttpConnection(self.app, self.connections), sock=self.sock, backlog=2048
+            lambda: HttpConnection(self.app, self.connections, self.tasks),
+            sock=self.sock,
+            backlog=2048,
         )
 
     async def serve(self) -> None:
@@ -42,8 +46,7 @@ class HttpFrontend:
         assert self._server is not None
         await self._exit.wait()
         self._server.close()
-        open_now = list(self.connections)
-        for connection in open_now:
+        for connection in list(self.connections):
             connection.shutdown()
         deadline = time.monotonic() + self.exit_timeout_s
         while self.connections and time.monotonic() < deadline:
@@ -52,9 +55,9 @@ class HttpFrontend:
             connection.abort()
             if (task := connection.serving_task()) is not None:
                 task.cancel()  # past the grace period: a request still being served ends here
-        # A closed connection's task ends on its own once woken; awaited so none outlives the loop.
-        tasks = [task for c in open_now if (task := c.serving_task()) is not None]
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # A closed connection's task ends on its own once woken (even one that closed just
+        # before the exit); awaited so that none outlives the loop.
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self._server.wait_closed()
 
     def request_exit(self) -> None:
