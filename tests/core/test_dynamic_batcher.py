@@ -46,6 +46,8 @@ class FakeExecutor:
 
     hold_s: float = 0.0
     instance_count: int = 1
+    #: when given, executions also wait for it (an order that no stalled machine can change)
+    gate: asyncio.Event | None = None
     batches: list[list[str]] = field(default_factory=list)
     _idle: asyncio.Queue[_Slot] | None = None
 
@@ -73,6 +75,8 @@ class FakeExecutor:
 
     async def _finish(self, slot: _Slot, batch: list[Pending]) -> None:
         await asyncio.sleep(self.hold_s)
+        if self.gate is not None:
+            await self.gate.wait()
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_result(ExecResult())
@@ -242,15 +246,19 @@ async def test_delayed_requests_run_after_those_that_did_not_time_out() -> None:
 
 @in_loop
 async def test_close_fails_queued_requests() -> None:
-    executor = FakeExecutor(hold_s=0.1)
+    executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=1), executor)
     running = asyncio.ensure_future(batcher.submit(pending("a")))
     await asyncio.sleep(0.01)
     queued = asyncio.ensure_future(batcher.submit(pending("b")))
     await asyncio.sleep(0.01)
-    await batcher.close()
+    assert executor.batches == [["a"]]  # "a" runs until the gate opens; "b" is queued
+    closing = asyncio.ensure_future(batcher.close())
     await asyncio.wait([queued])
     assert isinstance(queued.exception(), UnavailableError)
+    assert executor.gate is not None
+    executor.gate.set()
+    await closing
     await running
     with pytest.raises(UnavailableError):
         await batcher.submit(pending("c"))

@@ -236,10 +236,11 @@ def check(
 ) -> None:
     """Triton's observation must be ``expected`` and ours Triton's.
 
-    ``apart``: one server after the other, for scenarios whose timing margins (tens to
-    hundreds of ms) are tight on a busy 2-core machine. Each server gets up to
-    ``_TIMING_ATTEMPTS`` runs to show the recorded result: a late thread or a late wake-up on
-    a shared host made real Triton miss it on CI. Every miss is shown when all runs miss.
+    A scenario is run again (``_TIMING_ATTEMPTS`` runs in all) while real Triton misses its
+    recorded result: a late thread or a late wake-up on a shared host made it miss on CI.
+    Every miss is shown when all runs miss. ``apart``: one server after the other, for
+    scenarios whose timing margins (tens to hundreds of ms) are tight on a busy 2-core
+    machine; there our server gets the same number of runs to show Triton's result.
     ``deliberate``: removes a documented difference from our observation (and asserts it is
     there) before comparing.
     """
@@ -250,8 +251,12 @@ def check(
         ours_runs = _until(scenario, servers.ours.http_port, expected)
         assert ours_runs[-1] == expected, f"ours: {ours_runs!r}\nTriton: {expected!r}"
         return
+    misses = []
     real, ours = _on_both(servers, scenario)
-    assert real == expected, f"real Triton no longer behaves as recorded: {real!r}"
+    while real != expected and len(misses) + 1 < _TIMING_ATTEMPTS:
+        misses.append(real)
+        real, ours = _on_both(servers, scenario)
+    assert real == expected, f"real Triton no longer behaves as recorded: {[*misses, real]!r}"
     if deliberate is not None:
         ours = deliberate(ours)
     assert ours == real, f"ours: {ours!r}\nTriton: {real!r}"

@@ -306,7 +306,7 @@ def test_two_instances_run_two_executions_at_once(repo: Path, serve: Any) -> Non
     url = serve()
     infer(url, "pair", 0.0, rows=0)  # warm both connections and processes
     best = 10.0
-    for _ in range(3):
+    for _ in range(5):  # the best of five: a stalled CI machine once made three of them slow
         begin = time.monotonic()
         results = concurrently([lambda: infer(url, "pair", 0.1, rows=0)] * 2)
         best = min(best, time.monotonic() - begin)

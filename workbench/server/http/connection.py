@@ -283,11 +283,6 @@ class HttpConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.abort()
 
-    def serving_task(self) -> asyncio.Task[None] | None:
-        """The task serving this connection's requests, while it runs."""
-        task = self._serving
-        return task if task is not None and not task.done() else None
-
     def shutdown(self) -> None:
         """The server is stopping: close now when idle, else after the current reply."""
         self.closing = True

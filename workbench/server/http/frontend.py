@@ -53,10 +53,10 @@ class HttpFrontend:
             await asyncio.sleep(_DRAIN_POLL_S)
         for connection in list(self.connections):
             connection.abort()
-            if (task := connection.serving_task()) is not None:
-                task.cancel()  # past the grace period: a request still being served ends here
-        # A closed connection's task ends on its own once woken (even one that closed just
-        # before the exit); awaited so that none outlives the loop.
+        # What still serves now ends here: a request past the grace period, or a reply still
+        # streaming to a client that is gone. Awaited so that no task outlives the loop.
+        for task in list(self.tasks):
+            task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self._server.wait_closed()
 
