@@ -94,11 +94,10 @@ def run_triton(run: Run, repository: Path, logs: Path) -> Series:
     return series
 
 
-def run_workbench(run: Run, repository: Path, logs: Path, label: str = WORKBENCH) -> Series:
+def run_workbench(run: Run, repository: Path, log_path: Path, label: str) -> Series:
     """The embedded workbench server, as a separate process."""
     series = Series(label, MODEL)
-    log_name = "workbench-in-process.log" if label == IN_PROCESS else "workbench.log"
-    with workbench_server(repository, logs / log_name, (MODEL,)) as server:
+    with workbench_server(repository, log_path, (MODEL,)) as server:
         series.startup_s = server.startup_s
         run.measure(series, server)
     return series
@@ -160,7 +159,7 @@ def run_server(name: str, run: Run, workdir: Path) -> Series:
         if name == "workbench-in-process":
             with (repository / MODEL / "config.pbtxt").open("a") as config:
                 config.write(_IN_PROCESS_KEY)
-        return run_workbench(run, repository, workdir, _LABELS[name])
+        return run_workbench(run, repository, workdir / f"{name}.log", _LABELS[name])
     except RuntimeError as error:  # TritonStartError is a RuntimeError too
         print(f"{name}: failed to start: {str(error).splitlines()[0]}", flush=True)
         return Series(_LABELS[name], MODEL, error=str(error))

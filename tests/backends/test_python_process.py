@@ -23,6 +23,7 @@ from workbench.backends.python import (
     ProcessModelInstance,
     PythonBackend,
     PythonModelInstance,
+    _stub_process,
 )
 from workbench.errors import InternalError
 
@@ -479,3 +480,35 @@ def test_the_stub_imports_the_servers_workbench_and_the_model_the_working_direct
     assert isinstance(instance, ProcessModelInstance)
     [result] = instance.execute([request(_x(1))])
     assert {t.name: t for t in result.outputs}["Y"].array.tolist() == [2]
+
+
+def test_an_unreadable_reply_or_a_detached_reader_still_answers_the_requests(
+    repo: Path, instances: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = _make(repo, instances, name="answered")
+
+    async def call(*batch: Any) -> list[Any]:
+        answer: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        assert instance.start_execute(list(batch), answer.set_result)
+        return await asyncio.wait_for(answer, 10)
+
+    def unreadable(*args: Any) -> Any:
+        raise ValueError("a damaged reply")
+
+    async def scenario() -> None:
+        with monkeypatch.context() as patched:
+            patched.setattr(_stub_process, "read_results", unreadable)
+            [failed] = await call(request(_x(1)))
+        assert isinstance(failed.error, InternalError)
+        assert "unreadable stub reply: a damaged reply" in str(failed.error)
+        [fine] = await call(request(_x(2)))  # the stub serves on
+        assert {t.name: t for t in fine.outputs}["Y"].array.tolist() == [3]
+        # A reader detached with a call in flight (the stub being stopped) fails that call
+        # instead of leaving it waiting for a reply nobody reads on this loop.
+        answer: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        assert instance.start_execute([request(_x(1), mode="hang")], answer.set_result)
+        instance._stub._loop_reader.detach()
+        [cut] = await asyncio.wait_for(answer, 10)
+        assert "is not healthy" in str(cut.error)
+
+    asyncio.run(scenario())

@@ -16,6 +16,7 @@ from tests.server.conftest import RunningServer
 from tests.server.fake_core import FakeCore
 from workbench.core.request import InferRequest, InferResponse
 from workbench.server.http import create_app
+from workbench.server.http.connection import HttpConnection
 from workbench.server.http.frontend import HttpFrontend
 
 INFER_BODY = json.dumps(
@@ -262,3 +263,90 @@ def test_past_the_exit_timeout_the_request_is_cut_and_no_task_outlives_serve() -
     assert answer == b""
     assert not left
     assert took < SlowCore.delay_s
+
+
+def _chunked_reply(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes, bytes]:
+    """One chunked reply off ``sock``: (head, body chunks joined, what came after it)."""
+    while b"\r\n\r\n" not in buffer:
+        buffer += sock.recv(65536)
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    body = b""
+    while True:
+        while b"\r\n" not in rest:
+            rest += sock.recv(65536)
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        while len(rest) < size + 2:
+            rest += sock.recv(65536)
+        body, rest = body + rest[:size], rest[size + 2 :]
+        if size == 0:
+            return head, body, rest
+
+
+def test_two_streamed_replies_on_one_connection_are_both_sent(running: RunningServer) -> None:
+    stream = post("/v2/models/repeat/generate_stream", b'{"COUNT": 2}')
+    with connect(running.url) as sock:
+        sock.sendall(stream + stream + get("/v2/health/live"))
+        first_head, first, rest = _chunked_reply(sock)
+        second_head, second, rest = _chunked_reply(sock, rest)
+        reader = Reader(sock)
+        reader.buffer = rest
+        after = reader.answer()
+    assert first_head.startswith(b"HTTP/1.1 200") and second_head.startswith(b"HTTP/1.1 200")
+    assert first == second and first.count(b"data: ") == 2
+    assert after.status == 200
+
+
+def test_a_reply_to_head_has_no_body(running: RunningServer) -> None:
+    head_request = b"HEAD /v2/models/add_one HTTP/1.1\r\nHost: x\r\n\r\n"
+    with connect(running.url) as sock:
+        sock.sendall(head_request + get("/v2/health/live"))
+        data = b""
+        while data.count(b"\r\n\r\n") < 2:
+            data += sock.recv(65536)
+    first, _, rest = data.partition(b"\r\n\r\n")
+    assert b"content-length: " in first.lower()
+    assert rest.startswith(b"HTTP/1.1 200")  # the next reply follows the head at once
+
+
+def test_an_upgrade_we_do_not_speak_is_served_as_http_1_1(running: RunningServer) -> None:
+    h2c = get(
+        "/v2/health/live",
+        b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n",
+        b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n",
+    )
+    with connect(running.url) as sock:
+        sock.sendall(h2c)
+        reader = Reader(sock)
+        answer = reader.answer()
+        assert reader.closed()
+    assert answer.status == 200
+    assert answer.headers[b"connection"] == b"close"
+
+
+def test_a_connection_lost_after_its_wait_was_cancelled_ends_quietly() -> None:
+    async def main() -> None:
+        connection = HttpConnection(create_app(FakeCore()), set(), set())  # type: ignore[arg-type]
+        waiter = asyncio.get_running_loop().create_future()
+        waiter.cancel()  # HttpFrontend cancels serving tasks past the exit timeout
+        connection._waiter = waiter
+        connection.connection_lost(None)
+        assert connection.closed and connection._waiter is None
+
+    asyncio.run(main())
+
+
+def test_a_reply_that_stops_listening_leaves_the_disconnect_wait_to_the_next() -> None:
+    async def main() -> None:
+        connection = HttpConnection(create_app(FakeCore()), set(), set())  # type: ignore[arg-type]
+        first = asyncio.ensure_future(connection._receive())
+        await asyncio.sleep(0)
+        first.cancel()  # a streamed reply that finished cancels its disconnect watch
+        await asyncio.gather(first, return_exceptions=True)
+        second = asyncio.ensure_future(connection._receive())
+        await asyncio.sleep(0.01)
+        assert not second.done()  # still waiting for the client to go
+        connection.connection_lost(None)
+        assert await second == {"type": "http.disconnect"}
+
+    asyncio.run(main())

@@ -352,7 +352,7 @@ class Server:
             await self._stop_frontends(metrics)
             await core.stop(self.options.exit_timeout_secs)
 
-    def _uvicorn_config(self, app: Callable[..., Any]) -> uvicorn.Config:
+    def _metrics_config(self, app: Callable[..., Any]) -> uvicorn.Config:
         return uvicorn.Config(
             app,
             lifespan="off",
@@ -376,7 +376,7 @@ class Server:
     async def _start_metrics(self, metrics: MetricsService) -> None:
         assert self._metrics_socket is not None and self.options.metrics is not None
         await metrics.start()
-        self._metrics_uvicorn = _UvicornServer(self._uvicorn_config(metrics))
+        self._metrics_uvicorn = _UvicornServer(self._metrics_config(metrics))
         serve = self._metrics_uvicorn.serve(sockets=[self._metrics_socket])
         self._metrics_task = asyncio.create_task(serve)
         await _wait_started(self._metrics_uvicorn, self._metrics_task, "metrics")

@@ -60,7 +60,8 @@ class LoopReader:
         return True
 
     def expect(self, key: Hashable) -> asyncio.Future[Message]:
-        """The future of the reply filed under ``key`` (ask before sending the call)."""
+        """The future of the reply filed under ``key``: ask on the loop's thread, before the
+        loop reads again (a reply read earlier would be filed for threads instead)."""
         future: asyncio.Future[Message] = self.loop.create_future()
         self._futures[key] = future
         return future
@@ -109,7 +110,10 @@ class LoopReader:
         """The stub is gone: stop reading and fail every call waiting on it."""
         self._remove()
         self.channel.mark_closed()
-        gone = ChannelClosed("the stub process closed its connection")
+        self._fail_pending(ChannelClosed("the stub process closed its connection"))
+
+    def _fail_pending(self, gone: ChannelClosed) -> None:
+        """Fail every call that waits for a reply this reader will not read now."""
         for future in self._futures.values():
             if not future.done():
                 future.set_exception(gone)
@@ -128,6 +132,12 @@ class LoopReader:
             self.loop.remove_reader(self._fd)
         self.channel.give_back_reader()
 
+    def _stop_reading(self) -> None:
+        """Detached: calls still waiting here would never hear back (their replies go to the
+        threads that read the channel from now on), so they fail."""
+        self._remove()
+        self._fail_pending(ChannelClosed("the stub's connection is no longer read on this loop"))
+
     def detach(self, timeout_s: float = 5.0) -> None:
         """Stop reading, from any thread (bounded); threads may read the channel again."""
         if not self.attached:
@@ -137,12 +147,12 @@ class LoopReader:
         except RuntimeError:
             on_loop = False
         if on_loop or not self.loop.is_running():
-            self._remove()
+            self._stop_reading()
             return
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def remove() -> None:
-            self._remove()
+            self._stop_reading()
             done.set_result(None)
 
         with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):

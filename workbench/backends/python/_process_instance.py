@@ -136,7 +136,10 @@ class ProcessModelInstance:
 
         def finished(results: list[ExecResult] | None, error: BaseException | None) -> None:
             if results is None:  # ChannelClosed: it died with these requests in flight
-                self._died(stub)
+                try:
+                    self._died(stub)
+                except Exception:  # the requests still get their answer below
+                    _log.exception("handling the death of stub %d failed", stub.pid)
                 results = self._fail(requests, unhealthy(self.launch.instance_name))
             on_done(results)
 

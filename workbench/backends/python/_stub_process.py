@@ -1,7 +1,7 @@
 """The server's side of one stub process: start it, call it, serve its calls, stop it.
 
 One ``StubProcess`` is one child process; when a stub dies the instance starts a new one
-(``_process_instance``). The child runs ``python -m workbench.backends.python.stub`` through
+(``_process_instance``). The child runs ``workbench.backends.python.stub`` (``_BOOT``) through
 ``subprocess`` (fork+exec: safe from a multi-threaded server or a Jupyter kernel) and inherits
 only its socket and the two shared-memory regions.
 """
@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import workbench
+from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
 from workbench.backends.python._loader import ADDED_PATHS
@@ -73,10 +74,12 @@ def unhealthy(instance_name: str) -> InternalError:
 
 #: ``python -c`` (or ``-m``) would put the working directory first on ``sys.path``, so a
 #: ``workbench`` folder there would be imported instead of the server's own. Dropping that entry
-#: leaves ``PYTHONPATH`` (the server's package root, see ``_child_env``) first; the model's own
-#: import paths, the working directory included, arrive with INIT.
+#: (none is added under ``PYTHONSAFEPATH``) leaves ``PYTHONPATH`` (the server's package root,
+#: see ``_child_env``) first; the model's own import paths, the working directory included,
+#: arrive with INIT.
 _BOOT = (
-    "import sys, runpy; del sys.path[0]; "
+    "import sys, runpy\n"
+    "if not getattr(sys.flags, 'safe_path', False): del sys.path[0]  # -P added none\n"
     "runpy.run_module('workbench.backends.python.stub', run_name='__main__', alter_sys=True)"
 )
 
@@ -185,7 +188,6 @@ class StubProcess:
             "args": launch.args,
             "client": launch.client is not None,
             # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
-            # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
             "sys_path": [p or os.getcwd() for p in sys.path if p not in ADDED_PATHS],
         }
         key = next(self._keys)
@@ -262,7 +264,13 @@ class StubProcess:
             if reply is None:
                 on_done(None, error)
                 return
-            results = read_results(self._from_stub, reply[2], reply[3])
+            try:
+                results: Sequence[ExecResult | None] = read_results(
+                    self._from_stub, reply[2], reply[3]
+                )
+            except Exception as exc:  # a reply we cannot read fails these requests, not others
+                _log.exception("reading the reply of stub %d failed", self.pid)
+                results = fail_all(len(requests), InternalError(f"unreadable stub reply: {exc}"))
             on_done(results, None)  # type: ignore[arg-type]
 
         reader.expect_call(self._send_execute(requests), replied)

@@ -1,7 +1,8 @@
 """The stub process of one Python-backend model instance (Triton's ``triton_python_backend_stub``).
 
-The server starts ``python -m workbench.backends.python.stub SOCKET_FD TO_STUB_FD FROM_STUB_FD``
-with three inherited descriptors: a connected socket for control messages and the two
+The server runs this module (``python -c`` with ``_stub_process._BOOT``, which keeps the working
+directory off ``sys.path``) with arguments ``SOCKET_FD TO_STUB_FD FROM_STUB_FD``, three
+inherited descriptors: a connected socket for control messages and the two
 shared-memory regions. The stub imports ``model.py`` through the ``pb_utils`` shim, runs
 ``initialize``, then serves ``execute`` calls one at a time on its main thread until
 ``finalize`` or until the server goes away (EOF on the socket). Responses of decoupled models,

@@ -1,9 +1,11 @@
-"""The HTTP front end as one raw ASGI application.
+"""Triton's HTTP/REST protocol: ``HttpApp.handle`` turns one whole request into its reply.
 
+The serving port calls ``handle`` straight from its own connection (``connection.py``); the
+app is also a plain ASGI application (``__call__``) that any ASGI server can mount.
 Routing mirrors ``HTTPAPIServer::Handle`` in Triton 2.51 (the same regular expressions in the
-same order), so paths, 404 and 405 answers match Triton's. Everything is a plain ASGI handler:
-no framework sits on the infer path (a FastAPI route there costs ~25% of throughput, see
-ARCHITECTURE.md), and no request can take the server down: every exception becomes an
+same order), so paths, 404 and 405 answers match Triton's. No framework sits on the infer path
+(a FastAPI route there costs ~25% of throughput, see ARCHITECTURE.md), and no request can
+take the server down: every exception becomes an
 ``{"error": ...}`` reply with the status of its category. Generate replies are the one kind sent
 in chunks as the model's responses arrive (``generate.py``).
 """
@@ -69,7 +71,8 @@ class _Disconnected(Exception):
 
 
 class HttpApp:
-    """ASGI application serving Triton's HTTP/REST protocol from an ``InferenceCore``."""
+    """Triton's HTTP/REST protocol from an ``InferenceCore``: ``handle`` for the server's own
+    connections, ``__call__`` for any ASGI server."""
 
     def __init__(
         self,
@@ -111,9 +114,6 @@ class HttpApp:
         if request.refusal is not None:
             return error_reply(request.refusal)
         try:
-            route = model_route(request.path)
-            if route is not None and route[2] == "infer":  # the hot path, without dispatch
-                return await self.infer(request, route[0], route[1])
             return await self.dispatch(request)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
             return error_reply(exc)

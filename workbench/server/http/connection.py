@@ -90,12 +90,12 @@ class HttpConnection(asyncio.Protocol):
         self,
         app: HttpApp,
         connections: set[HttpConnection],
-        tasks: set[asyncio.Task[None]] | None = None,
+        tasks: set[asyncio.Task[None]],
     ) -> None:
         self.app = app
         self.connections = connections
         #: the front end's serving tasks: this connection's joins while it runs
-        self.tasks: set[asyncio.Task[None]] = set() if tasks is None else tasks
+        self.tasks = tasks
         self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -136,9 +136,9 @@ class HttpConnection(asyncio.Protocol):
         self.closed = True
         self.connections.discard(self)
         self.queue.clear()
-        if self._waiter is not None:
+        if self._waiter is not None and not self._waiter.done():  # (cancelled at the exit)
             self._waiter.set_result(None)  # the serving task sees the connection closed
-            self._waiter = None
+        self._waiter = None
         if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
 
@@ -146,9 +146,19 @@ class HttpConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse_protocol()
+            # An upgrade we do not speak (``Upgrade: h2c`` from curl --http2): the request
+            # itself is queued already and is served as HTTP/1.1; nothing after it is read.
+            self._ignore_upgrade()
         except httptools.HttpParserError:
             self._refuse_protocol()
+
+    def _ignore_upgrade(self) -> None:
+        if not self.busy:  # no whole request came before the upgrade (CONNECT)
+            self._refuse_protocol()
+            return
+        self.closing = True  # its reply says ``Connection: close`` and ends the connection
+        assert self.transport is not None
+        self.transport.pause_reading()
 
     def _refuse_protocol(self) -> None:
         """Bytes that are not HTTP/1.x: answer 400 and hang up, as uvicorn does."""
@@ -195,6 +205,7 @@ class HttpConnection(asyncio.Protocol):
             self.size += len(body)
         if self.size > self.app.max_input_bytes:
             self.refusal = self.app.refuse_length(self.size)
+            self.body, self.more = b"", None  # only the size error is answered
 
     def on_message_complete(self) -> None:
         method = self.parser.get_method()
@@ -245,7 +256,7 @@ class HttpConnection(asyncio.Protocol):
                 reply = await self.app.handle(request)
                 keep_alive = keep_alive and not self.closing
                 if isinstance(reply, Reply):
-                    self._write_reply(reply, keep_alive)
+                    self._write_reply(reply, keep_alive, request.method == "HEAD")
                 else:
                     await reply.respond(_StreamSender(self, keep_alive).send, self._receive)
             except Exception as exc:  # noqa: BLE001 - never leave a client without an answer
@@ -255,11 +266,13 @@ class HttpConnection(asyncio.Protocol):
                 self._close()
         self.busy = False
 
-    def _write_reply(self, reply: Reply, keep_alive: bool) -> None:
+    def _write_reply(self, reply: Reply, keep_alive: bool, head_only: bool = False) -> None:
+        """Head and body (a reply to HEAD: its head only, with the length of the body)."""
         if self.closed or self.transport is None:
             return
         head = reply_head(reply.status, reply.headers, keep_alive, len(reply.body))
-        head += reply.body
+        if not head_only:
+            head += reply.body
         self.transport.write(head)
 
     def _close(self) -> None:
@@ -276,7 +289,9 @@ class HttpConnection(asyncio.Protocol):
             self._gone = self.loop.create_future()
             if self.closed:
                 self._gone.set_result(None)
-        await self._gone
+        # Shielded: a reply that stops listening cancels its wait, not the connection's future
+        # (the next streamed reply on this connection waits on the same one).
+        await asyncio.shield(self._gone)
         return {"type": "http.disconnect"}
 
     def abort(self) -> None:

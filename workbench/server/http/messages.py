@@ -1,4 +1,4 @@
-"""The request and reply objects the HTTP handlers work with (thin views over ASGI)."""
+"""The request and reply objects the HTTP handlers work with (headers as ASGI lists them)."""
 
 from __future__ import annotations
 

@@ -209,8 +209,6 @@ def _check_content_fields(spec: dict[str, Any], params: dict[str, Any]) -> None:
         )
         if found
     ]
-    if len(present) == 1:
-        return
     detail = " no field is set" if not present else " set " + " ".join(present)
     raise InvalidArgumentError(
         "Input must set only one of the following fields: 'data', 'binary_data_size' in "

@@ -44,7 +44,6 @@ def encode_infer_response(
     header["model_version"] = str(response.model_version)
     if response.parameters:
         header["parameters"] = response.parameters
-    listed = request.output_parameters
     outputs: list[dict[str, Any]] = []
     parts: list[bytes | memoryview] = [b""]  # the JSON header goes first, once written
     for tensor in response.outputs:
@@ -53,8 +52,7 @@ def encode_infer_response(
             "datatype": tensor.datatype,
             "shape": list(tensor.array.shape),
         }
-        params = listed.get(tensor.name)
-        if binary_default if params is None else params.get("binary_data", False):
+        if output_is_binary(tensor.name, request, binary_default):
             buffer = tensor_buffer(tensor.array, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(buffer)}
             if len(buffer):
