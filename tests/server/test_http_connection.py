@@ -140,15 +140,20 @@ def test_a_body_over_the_limit_is_refused_and_the_connection_serves_on(
     assert after.status == 200
 
 
+def _answered_then_closed(url: str, request: bytes) -> None:
+    """``request`` gets 200 with ``Connection: close``, then the server hangs up."""
+    with connect(url) as sock:
+        sock.sendall(request)
+        reader = Reader(sock)
+        answer = reader.answer()
+        assert reader.closed()
+    assert answer.status == 200
+    assert answer.headers[b"connection"] == b"close"
+
+
 def test_connection_close_and_http_1_0_end_the_connection(running: RunningServer) -> None:
     for request in (get("/v2/health/live", b"Connection: close\r\n"), get("/v2", version=b"1.0")):
-        with connect(running.url) as sock:
-            sock.sendall(request)
-            reader = Reader(sock)
-            answer = reader.answer()
-            assert reader.closed()
-        assert answer.status == 200
-        assert answer.headers[b"connection"] == b"close"
+        _answered_then_closed(running.url, request)
 
 
 def test_keep_alive_serves_many_requests_on_one_connection(running: RunningServer) -> None:
@@ -315,13 +320,7 @@ def test_an_upgrade_we_do_not_speak_is_served_as_http_1_1(running: RunningServer
         b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n",
         b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n",
     )
-    with connect(running.url) as sock:
-        sock.sendall(h2c)
-        reader = Reader(sock)
-        answer = reader.answer()
-        assert reader.closed()
-    assert answer.status == 200
-    assert answer.headers[b"connection"] == b"close"
+    _answered_then_closed(running.url, h2c)
 
 
 def test_a_connection_lost_after_its_wait_was_cancelled_ends_quietly() -> None:
