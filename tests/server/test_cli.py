@@ -226,7 +226,8 @@ def test_grpc_and_metrics_flags_reach_the_server(tmp_path: Path) -> None:
     )
     options = server_from_args(args).options
     assert options.grpc is not None and options.metrics is not None
-    assert (options.grpc.port, options.grpc.address) == (9101, "0.0.0.0")  # Triton's default
+    # loopback unless asked (Triton's default is 0.0.0.0: issue #12)
+    assert (options.grpc.port, options.grpc.address) == (9101, "127.0.0.1")
     assert (options.grpc.infer_compression, options.grpc.max_message_bytes) == ("high", 1 << 20)
     # --metrics-address defaults to --http-address, as in tritonserver
     assert (options.metrics.port, options.metrics.address) == (9102, "127.0.0.1")

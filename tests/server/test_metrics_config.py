@@ -21,7 +21,7 @@ def test_settings_parse_and_a_later_one_wins() -> None:
 
 def test_defaults_are_tritons() -> None:
     options = MetricsOptions()
-    assert (options.port, options.address, options.interval_ms) == (8002, "0.0.0.0", 2000)
+    assert (options.port, options.address, options.interval_ms) == (8002, "127.0.0.1", 2000)
     reporter = ReporterConfig.from_settings({})
     assert reporter == ReporterConfig(True, False, DEFAULT_QUANTILES)
     assert [q for q, _ in reporter.quantiles] == [0.5, 0.9, 0.95, 0.99, 0.999]

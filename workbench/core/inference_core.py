@@ -64,6 +64,8 @@ class CoreOptions:
     rate_limit: str = "off"
     #: ``--rate-limit-resource name:count[:device]`` (device ignored: one pool per name here)
     rate_limit_resources: Mapping[str, int] = field(default_factory=dict)
+    #: ``--allow-model-upload``: whether a load may carry model files (``file:`` parameters)
+    allow_model_upload: bool = True
 
 
 def detect_gpu_count() -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
+from workbench.server.restricted import CATEGORIES
 
 log = logging.getLogger("workbench.server")
 
@@ -42,7 +43,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="model repository path (repeatable)",
     )
     flag("--http-port", type=int, default=8000)
-    flag("--http-address", default="0.0.0.0", help="address to listen on (tritonserver's default)")
+    flag(
+        "--http-address",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1, this machine only; tritonserver's is "
+        "0.0.0.0): give 0.0.0.0 to open it to the network",
+    )
     flag("--model-control-mode", choices=("none", "explicit", "poll"), default="none")
     flag(
         "--load-model",
@@ -58,6 +64,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     flag("--exit-timeout-secs", type=float, default=30.0)
     flag("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_BYTES)
     flag("--log-verbose", type=int, default=0)
+    _add_access(flag)
     _add_cache_and_rate_limit(flag)
     _add_grpc(flag)
     _add_metrics(flag)
@@ -65,7 +72,11 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
 
 def _add_grpc(flag: Callable[..., object]) -> None:
     flag("--allow-grpc", type=_bool, nargs="?", const=True, default=True)
-    flag("--grpc-address", default="0.0.0.0", help="address to listen on (tritonserver's default)")
+    flag(
+        "--grpc-address",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; tritonserver's is 0.0.0.0)",
+    )
     flag("--grpc-port", type=int, default=8001)
     flag(
         "--grpc-infer-response-compression-level",
@@ -78,6 +89,34 @@ def _add_grpc(flag: Callable[..., object]) -> None:
         default=MAX_GRPC_MESSAGE_BYTES,
         metavar="BYTES",
         help="largest gRPC message sent or received (workbench only; Triton uses INT32_MAX)",
+    )
+
+
+def _add_access(flag: Callable[..., object]) -> None:
+    flag(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<api>[,<api>...]:<key>=<value>",
+        help="HTTP API groups answered only to requests with header <key>: <value> "
+        "(repeatable; groups: " + ", ".join(CATEGORIES) + ")",
+    )
+    flag(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocol>[,<protocol>...]:<key>=<value>",
+        help="gRPC protocol groups answered only to calls with metadata "
+        "triton-grpc-protocol-<key>: <value> (repeatable)",
+    )
+    flag(
+        "--allow-model-upload",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="whether a load request may carry model files ('file:' parameters); "
+        "false keeps load/unload from the repository only (workbench only)",
     )
 
 
@@ -239,4 +278,7 @@ def server_from_args(args: argparse.Namespace) -> Server:
         metrics_port=args.metrics_port,
         metrics_interval_ms=args.metrics_interval_ms,
         metrics_config=args.metrics_config,
+        http_restricted_api=args.http_restricted_api,
+        grpc_restricted_protocol=args.grpc_restricted_protocol,
+        allow_model_upload=args.allow_model_upload,
     )

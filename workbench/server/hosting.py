@@ -31,6 +31,12 @@ from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
 from workbench.server.http.frontend import HttpFrontend
 from workbench.server.log_settings import LogSettings
 from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
+from workbench.server.restricted import (
+    Restrictions,
+    exposure_warning,
+    grpc_restrictions,
+    http_restrictions,
+)
 
 log = logging.getLogger("workbench.server")
 #: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
@@ -47,6 +53,8 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
     log_verbose: int = 0
+    #: ``--http-restricted-api``: group -> the header its requests must carry
+    http_restrictions: Restrictions = field(default_factory=dict)
     core: CoreOptions = field(default_factory=CoreOptions)
     #: ``None``: no gRPC endpoint (tritonserver's ``--allow-grpc=false``)
     grpc: GrpcOptions | None = field(default_factory=GrpcOptions)
@@ -141,6 +149,9 @@ class Server:
         allow_gpu_metrics: bool = True,
         metrics_interval_ms: float = 2000,
         metrics_config: Sequence[str] = (),
+        http_restricted_api: str | Sequence[str] = (),
+        grpc_restricted_protocol: str | Sequence[str] = (),
+        allow_model_upload: bool = True,
     ) -> None:
         _check_limits(cache_size, rate_limit, rate_limit_resources or {})
         grpc_options = GrpcOptions(
@@ -148,6 +159,7 @@ class Server:
             address=grpc_address or host,
             max_message_bytes=grpc_max_message_bytes,
             infer_compression=grpc_infer_compression,
+            restrictions=grpc_restrictions(grpc_restricted_protocol),
         )
         metrics_options = MetricsOptions(
             port=metrics_port,
@@ -164,6 +176,7 @@ class Server:
             exit_timeout_secs=exit_timeout_secs,
             max_input_bytes=max_input_bytes,
             log_verbose=log_verbose,
+            http_restrictions=http_restrictions(http_restricted_api),
             core=CoreOptions(
                 control_mode=model_control_mode,
                 load_models=tuple(load_model),
@@ -174,6 +187,7 @@ class Server:
                 cache_size=cache_size,
                 rate_limit=rate_limit.lower(),
                 rate_limit_resources=dict(rate_limit_resources or {}),
+                allow_model_upload=allow_model_upload,
             ),
             grpc=grpc_options if allow_grpc else None,
             metrics=metrics_options if allow_metrics else None,
@@ -289,6 +303,21 @@ class Server:
                 self._close_socket()
                 raise
             self._metrics_port = int(self._metrics_socket.getsockname()[1])
+        self._warn_if_exposed()
+
+    def _warn_if_exposed(self) -> None:
+        """Say so when an endpoint that can change the repository listens beyond loopback."""
+        core = self.options.core
+        explicit = core.control_mode == "explicit"
+        endpoints = [("HTTP", self.options.host, self.options.http_restrictions)]
+        if self.options.grpc is not None:
+            endpoints.append(("gRPC", self.options.grpc.address, self.options.grpc.restrictions))
+        for endpoint, address, restrictions in endpoints:
+            warning = exposure_warning(
+                endpoint, address, restrictions, explicit, core.allow_model_upload
+            )
+            if warning is not None:
+                log.warning("%s", warning)
 
     def _thread_main(self) -> None:
         loop = new_event_loop()
@@ -339,7 +368,10 @@ class Server:
             if metrics is not None:
                 await self._start_metrics(metrics)
             app = create_app(
-                core, max_input_bytes=self.options.max_input_bytes, log_settings=log_settings
+                core,
+                max_input_bytes=self.options.max_input_bytes,
+                log_settings=log_settings,
+                restrictions=self.options.http_restrictions,
             )
             assert self._socket is not None
             self._http = HttpFrontend(app, self._socket, self.options.exit_timeout_secs)

@@ -7,7 +7,7 @@ Options follow tritonserver's flags: ``--grpc-port``, ``--grpc-address``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -16,8 +16,10 @@ from tritonclient.grpc import service_pb2_grpc
 from workbench.core.inference_core import InferenceCore
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES
+from workbench.server.grpc.restriction import RestrictionInterceptor
 from workbench.server.grpc.service import InferenceService
 from workbench.server.log_settings import LogSettings
+from workbench.server.restricted import Restrictions
 
 #: ``--grpc-infer-response-compression-level`` -> the algorithm gRPC core picks for that level
 #: when the client accepts gzip and deflate (as grpcio and Triton's clients do): the first of
@@ -35,10 +37,12 @@ class GrpcOptions:
     """The gRPC endpoint's settings, named after tritonserver's flags."""
 
     port: int = 8001
-    address: str = "0.0.0.0"
+    address: str = "127.0.0.1"
     max_message_bytes: int = MAX_MESSAGE_BYTES
     #: ``none`` | ``low`` | ``medium`` | ``high``, for ModelInfer and ModelStreamInfer responses
     infer_compression: str = "none"
+    #: ``--grpc-restricted-protocol``: group -> the metadata key its calls must carry
+    restrictions: Restrictions = field(default_factory=dict)
 
 
 class GrpcFrontend:
@@ -74,7 +78,11 @@ class GrpcFrontend:
                 ("grpc.max_receive_message_length", limit),
                 # Without this a second server could share a port in use instead of failing.
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            # Only when something is restricted: an interceptor costs every call.
+            interceptors=[RestrictionInterceptor(self.options.restrictions)]
+            if self.options.restrictions
+            else None,
         )
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.service, server)
         target = _target(self.options.address, self.options.port)

@@ -29,9 +29,11 @@ from workbench.server.http.messages import (
     Send,
     StreamedReply,
     error_reply,
+    error_text_reply,
     send_reply,
 )
 from workbench.server.log_settings import LogSettings
+from workbench.server.restricted import Restrictions
 
 #: Triton's ``--http-max-input-size`` default (64 MiB).
 DEFAULT_MAX_INPUT_BYTES = 1 << 26
@@ -81,8 +83,11 @@ class HttpApp:
         max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
         extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
         log_settings: LogSettings | None = None,
+        restrictions: Restrictions | None = None,
     ) -> None:
         self.core = core
+        #: ``--http-restricted-api``: group -> the header its requests must carry
+        self.restrictions = dict(restrictions or {})
         self.max_input_bytes = max_input_bytes
         self.log_settings = log_settings or LogSettings()
         self.infer = InferEndpoint(core, max_input_bytes)
@@ -126,50 +131,74 @@ class HttpApp:
         """Route one request the way Triton's ``HTTPAPIServer::Handle`` does."""
         path = req.path
         if path == "/v2/models/stats":
-            return await self.endpoints.model_stats(req)
+            return self._refusal(req, "statistics") or await self.endpoints.model_stats(req)
         if path == "/v2/logging":
-            return await self.endpoints.logging(req)
+            return self._refusal(req, "logging") or await self.endpoints.logging(req)
         route = model_route(path)
         if route is not None:
             model, version, kind = route
             if kind == "infer":
-                return await self.infer(req, model, version)
+                return self._refusal(req, "inference") or await self.infer(req, model, version)
             reply = await self._model_route(req, model, version, kind)
             if reply is not None:
                 return reply
         return await self._server_route(req, path)
 
+    def _refusal(self, req: HttpRequest, group: str) -> Reply | None:
+        """403 when ``group`` is restricted and the request lacks its header (Triton's check)."""
+        restriction = self.restrictions.get(group)
+        if restriction is None or restriction.allows(req.header(restriction.lookup)):
+            return None
+        return error_text_reply(403, restriction.http_refusal)
+
     async def _model_route(
         self, req: HttpRequest, model: str, version: str, kind: str
     ) -> Reply | StreamedReply | None:
         if kind == "":
-            return await self.endpoints.model_metadata(req, model, version)
+            return self._refusal(req, "metadata") or await self.endpoints.model_metadata(
+                req, model, version
+            )
         if kind == "ready":
-            return await self.endpoints.model_ready(req, model, version)
+            return self._refusal(req, "health") or await self.endpoints.model_ready(
+                req, model, version
+            )
         if kind == "config":
-            return await self.endpoints.model_config(req, model, version)
+            return self._refusal(req, "model-config") or await self.endpoints.model_config(
+                req, model, version
+            )
         if kind == "stats":
-            return await self.endpoints.model_stats(req, model, version)
+            return self._refusal(req, "statistics") or await self.endpoints.model_stats(
+                req, model, version
+            )
         if kind.startswith("generate"):
-            return await self.generate(req, model, version, kind == "generate_stream")
+            return self._refusal(req, "inference") or await self.generate(
+                req, model, version, kind == "generate_stream"
+            )
         # trace/setting: only without a version, else Triton falls through to "Not Found"
-        return None if version else await self.endpoints.trace(req, model)
+        if version:
+            return None
+        return self._refusal(req, "trace") or await self.endpoints.trace(req, model)
 
     async def _server_route(self, req: HttpRequest, path: str) -> Reply:
         if path == "/v2":
-            return await self.endpoints.server_metadata(req)
+            return self._refusal(req, "metadata") or await self.endpoints.server_metadata(req)
         if (match := _SERVER.fullmatch(path)) is not None:
-            return await self.endpoints.health(req, match[1])
+            return self._refusal(req, "health") or await self.endpoints.health(req, match[1])
         if (match := _SHARED_MEMORY.fullmatch(path)) is not None:
-            return await self.endpoints.shared_memory(req, match[1], match[2] or "", match[3])
+            return self._refusal(req, "shared-memory") or await self.endpoints.shared_memory(
+                req, match[1], match[2] or "", match[3]
+            )
         if (match := _REPOSITORY.fullmatch(path)) is not None:
-            repository = match[1] or ""
-            if match[2] == "index":
-                return await self.endpoints.repository_index(req, repository)
-            return await self.endpoints.repository_control(req, repository, match[3], match[4])
+            return self._refusal(req, "model-repository") or await self._repository(req, match)
         if path == "/v2/trace/setting":
-            return await self.endpoints.trace(req)
+            return self._refusal(req, "trace") or await self.endpoints.trace(req)
         return NOT_FOUND
+
+    async def _repository(self, req: HttpRequest, match: re.Match[str]) -> Reply:
+        repository = match[1] or ""
+        if match[2] == "index":
+            return await self.endpoints.repository_index(req, repository)
+        return await self.endpoints.repository_control(req, repository, match[3], match[4])
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | bytearray:
         """The whole body, refused early when it exceeds ``max_input_bytes``."""
@@ -220,15 +249,21 @@ def create_app(
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
     log_settings: LogSettings | None = None,
+    restrictions: Restrictions | None = None,
 ) -> HttpApp:
     """The ASGI application serving Triton's HTTP/REST API for ``core``.
 
     ``max_input_bytes`` is tritonserver's ``--http-max-input-size``; ``extensions`` is what
     ``GET /v2`` advertises (add ``"sequence"`` when the core serves sequence batching);
-    ``log_settings`` is the state ``/v2/logging`` reads and updates.
+    ``log_settings`` is the state ``/v2/logging`` reads and updates; ``restrictions`` are the
+    API groups that need a header (``--http-restricted-api``).
     """
     return HttpApp(
-        core, max_input_bytes=max_input_bytes, extensions=extensions, log_settings=log_settings
+        core,
+        max_input_bytes=max_input_bytes,
+        extensions=extensions,
+        log_settings=log_settings,
+        restrictions=restrictions,
     )
 
 

@@ -29,7 +29,7 @@ class MetricsOptions:
     #: ``--metrics-port``
     port: int = 8002
     #: ``--metrics-address``
-    address: str = "0.0.0.0"
+    address: str = "127.0.0.1"
     #: ``--allow-cpu-metrics``
     allow_cpu: bool = True
     #: ``--allow-gpu-metrics`` (needs the NVML bindings, ``nvidia-ml-py``, and a GPU)
