@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from workbench import __version__
 from workbench.errors import WorkbenchError
 from workbench.export.cli import add_promote_parser
 from workbench.server.cli import add_serve_parser
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="workbench", description="Triton Workbench: a Triton-compatible model server."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(commands)
     add_promote_parser(commands)

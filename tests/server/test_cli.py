@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.core.conftest import write_add_model
+from workbench import __version__
 from workbench.cli import build_parser, main
 from workbench.errors import InvalidArgumentError
 from workbench.server.cli import cache_size, rate_limit_resources, server_from_args
@@ -238,3 +239,22 @@ def test_grpc_and_metrics_flags_reach_the_server(tmp_path: Path) -> None:
     )
     assert server_from_args(off).options.grpc is None
     assert server_from_args(off).options.metrics is None
+
+
+def test_version_and_help_show_what_a_new_user_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as version:
+        build_parser().parse_args(["--version"])
+    assert version.value.code == 0
+    assert capsys.readouterr().out.strip() == f"workbench {__version__}"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for default in (
+        "(default: 8000)",
+        "(default: 8001)",
+        "(default: 8002)",
+        "(default: 127.0.0.1)",
+        "{none,explicit,poll} none: load everything at start",
+        "(default: none)",
+    ):
+        assert default in text, default

@@ -30,7 +30,9 @@ def _bool(text: str) -> bool:
 def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     """Add ``workbench serve`` (tritonserver's flag names) to the command's subparsers."""
     parser = commands.add_parser(
-        "serve", help="serve a model repository (tritonserver-compatible flags)"
+        "serve",
+        help="serve a model repository (tritonserver-compatible flags)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.set_defaults(handler=serve)
     flag = parser.add_argument
@@ -42,28 +44,57 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         dest="model_repository",
         help="model repository path (repeatable)",
     )
-    flag("--http-port", type=int, default=8000)
+    flag("--http-port", type=int, default=8000, help="HTTP/REST port (0: any free port)")
     flag(
         "--http-address",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1, this machine only; tritonserver's is "
-        "0.0.0.0): give 0.0.0.0 to open it to the network",
+        help="address to listen on: this machine only unless you give e.g. 0.0.0.0 "
+        "(tritonserver's default is 0.0.0.0)",
     )
-    flag("--model-control-mode", choices=("none", "explicit", "poll"), default="none")
+    flag(
+        "--model-control-mode",
+        choices=("none", "explicit", "poll"),
+        default="none",
+        help="none: load everything at start; explicit: the load/unload API; poll: follow disk",
+    )
     flag(
         "--load-model",
         action="append",
         default=[],
         help="model to load in explicit mode; '*' = all",
     )
-    flag("--repository-poll-secs", type=float, default=15.0)
-    flag("--strict-model-config", type=_bool, nargs="?", const=True, default=False)
-    flag("--disable-auto-complete-config", action="store_true")
-    flag("--strict-readiness", type=_bool, nargs="?", const=True, default=True)
-    flag("--model-config-name", default=None)
-    flag("--exit-timeout-secs", type=float, default=30.0)
-    flag("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_BYTES)
-    flag("--log-verbose", type=int, default=0)
+    flag("--repository-poll-secs", type=float, default=15.0, help="poll mode's interval")
+    flag(
+        "--strict-model-config",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="true: no auto-completed configs",
+    )
+    flag("--disable-auto-complete-config", action="store_true", help="as --strict-model-config")
+    flag(
+        "--strict-readiness",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="ready only when every model is ready",
+    )
+    flag("--model-config-name", default=None, help="read configs/<NAME>.pbtxt when present")
+    flag(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, how long requests in flight may finish",
+    )
+    flag(
+        "--http-max-input-size",
+        type=int,
+        default=DEFAULT_MAX_INPUT_BYTES,
+        help="largest HTTP request body in bytes",
+    )
+    flag("--log-verbose", type=int, default=0, help="0: info; 1 or more: debug")
     _add_access(flag)
     _add_cache_and_rate_limit(flag)
     _add_grpc(flag)
@@ -71,17 +102,18 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_grpc(flag: Callable[..., object]) -> None:
-    flag("--allow-grpc", type=_bool, nargs="?", const=True, default=True)
+    flag("--allow-grpc", type=_bool, nargs="?", const=True, default=True, help="serve gRPC")
     flag(
         "--grpc-address",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; tritonserver's is 0.0.0.0)",
+        help="address to listen on (tritonserver's default is 0.0.0.0)",
     )
-    flag("--grpc-port", type=int, default=8001)
+    flag("--grpc-port", type=int, default=8001, help="gRPC port (0: any free port)")
     flag(
         "--grpc-infer-response-compression-level",
         choices=("none", "low", "medium", "high"),
         default="none",
+        help="compression of infer responses",
     )
     flag(
         "--grpc-max-message-size",
@@ -121,12 +153,19 @@ def _add_access(flag: Callable[..., object]) -> None:
 
 
 def _add_metrics(flag: Callable[..., object]) -> None:
-    flag("--allow-metrics", type=_bool, nargs="?", const=True, default=True)
-    flag("--allow-cpu-metrics", type=_bool, nargs="?", const=True, default=True)
-    flag("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True)
-    flag("--metrics-address", default=None, help="defaults to --http-address")
-    flag("--metrics-port", type=int, default=8002)
-    flag("--metrics-interval-ms", type=float, default=2000.0)
+    flag(
+        "--allow-metrics",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="serve Prometheus metrics",
+    )
+    flag("--allow-cpu-metrics", type=_bool, nargs="?", const=True, default=True, help="CPU use")
+    flag("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True, help="NVML")
+    flag("--metrics-address", default=None, help="None: the same as --http-address")
+    flag("--metrics-port", type=int, default=8002, help="metrics port (0: any free port)")
+    flag("--metrics-interval-ms", type=float, default=2000.0, help="how often gauges update")
     flag(
         "--metrics-config",
         action="append",
@@ -150,7 +189,7 @@ def _add_cache_and_rate_limit(flag: Callable[..., object]) -> None:
         metavar="BYTES",
         help="deprecated alias of --cache-config local,size=BYTES",
     )
-    flag("--rate-limit", default="off", help="off (default) or execution_count")
+    flag("--rate-limit", default="off", help="off or execution_count")
     flag(
         "--rate-limit-resource",
         action="append",
