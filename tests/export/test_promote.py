@@ -103,8 +103,11 @@ def test_refusals_are_clear_and_leave_dest_unchanged(source: Path, tmp_path: Pat
     before = snapshot(dest)
     with pytest.raises(AlreadyExistsError, match="'text_python' already exists"):
         promote(source, dest, models=["text_python"], on_conflict="refuse", verify=False)
-    with pytest.raises(NotFoundError, match="'nope' has no config.pbtxt"):
+    with pytest.raises(NotFoundError, match="model 'nope' does not exist in"):
         promote(source, dest, models=["nope"], verify=False)
+    (source / "empty").mkdir()
+    with pytest.raises(NotFoundError, match="'empty' has no config.pbtxt"):
+        promote(source, dest, models=["empty"], verify=False)
     with pytest.raises(NotFoundError, match="no version 7"):
         promote(source, dest, models=["text_python"], versions=[7], verify=False)
     with pytest.raises(InvalidArgumentError, match="version_policy"):
@@ -201,4 +204,11 @@ def test_cli_promote(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert main([*args, "--model", "text_python"]) == 0
     assert "text_python" in capsys.readouterr().out
     assert main([*args, "--model", "text_python", "--on-conflict", "refuse"]) == 1
-    assert "already exists" in capsys.readouterr().err
+    refusal = capsys.readouterr().err
+    assert "already exists" in refusal
+    # the flag's spelling on the command line, not promote()'s keyword
+    assert "pass --on-conflict new_version to add" in refusal and "on_conflict=" not in refusal
+    assert main([*args, "--model", "nope"]) == 1
+    assert "model 'nope' does not exist" in capsys.readouterr().err
+    assert main([*args, "--version-policy", "newest"]) == 1
+    assert "--version-policy must be one of" in capsys.readouterr().err

@@ -46,6 +46,23 @@ def add_promote_parser(commands: Any) -> None:
     parser.set_defaults(handler=run_promote)
 
 
+#: How ``promote()``'s messages name its keywords -> the flags that set them here.
+_CLI_SPELLING = {
+    "on_conflict='new_version'": "--on-conflict new_version",
+    "on_conflict": "--on-conflict",
+    "version_policy": "--version-policy",
+    "pass models=": "pass --model NAME",
+    "versions for": "--versions for",
+}
+
+
+def cli_message(message: str) -> str:
+    """``promote()``'s message with its keywords spelt as this command's flags."""
+    for python, flag in _CLI_SPELLING.items():
+        message = message.replace(python, flag)
+    return message
+
+
 def run_promote(args: argparse.Namespace) -> int:
     versions: Any = int(args.versions) if args.versions.isdigit() else args.versions
     try:
@@ -63,10 +80,10 @@ def run_promote(args: argparse.Namespace) -> int:
         )
     except PromoteVerificationError as exc:
         print(exc.report, file=sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {cli_message(str(exc))}", file=sys.stderr)
         return 1
     except WorkbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {cli_message(str(exc))}", file=sys.stderr)
         return 1
     if args.json:
         import json
@@ -77,4 +94,4 @@ def run_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_promote_parser", "run_promote"]
+__all__ = ["add_promote_parser", "cli_message", "run_promote"]

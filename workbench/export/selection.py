@@ -70,6 +70,8 @@ def _spec_for(versions: Versions, name: str) -> VersionSpec:
 
 def _model_dir(repository: Path, name: str) -> Path:
     model_dir = repository / name
+    if not model_dir.is_dir():
+        raise NotFoundError(f"model '{name}' does not exist in '{repository}'")
     if not (model_dir / "config.pbtxt").is_file():
         raise NotFoundError(f"model '{name}' has no config.pbtxt in '{repository}'")
     return model_dir
