@@ -176,3 +176,34 @@ def test_loopback_addresses_and_warnings() -> None:
     assert exposure_warning("HTTP", "0.0.0.0", restricted, True, True) is None
     listed = exposure_warning("HTTP", "0.0.0.0", {}, False, True)
     assert listed is not None and "list the repository's models" in listed
+
+
+def test_http_connection_limits_reach_the_front_end(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            f"--model-repository={tmp_path}",
+            "--http-idle-timeout-secs=0.3",
+            "--http-header-timeout-secs=0",
+            "--http-max-header-size=2048",
+        ]
+    )
+    server = server_from_args(args)
+    limits = server.options.http_limits
+    assert (limits.idle_timeout_s, limits.header_timeout_s, limits.max_header_bytes) == (
+        0.3,
+        0,
+        2048,
+    )
+    with pytest.raises(InvalidArgumentError, match="max_header_bytes must be > 0"):
+        Server(tmp_path, http_max_header_size=0)
+    with server:
+        idle = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+        with idle:
+            idle.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            assert idle.recv(4096) == b""  # closed by the server once idle for 0.3 s
+        big = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+        with big:
+            big.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 4096 + b"\r\n\r\n")
+            assert big.recv(4096).startswith(b"HTTP/1.1 431")

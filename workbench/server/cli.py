@@ -9,6 +9,11 @@ from collections.abc import Callable, Sequence
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
+from workbench.server.http.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_HEADER_BYTES,
+)
 from workbench.server.restricted import CATEGORIES
 
 log = logging.getLogger("workbench.server")
@@ -95,6 +100,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="largest HTTP request body in bytes",
     )
     flag("--log-verbose", type=int, default=0, help="0: info; 1 or more: debug")
+    _add_http_limits(flag)
     _add_access(flag)
     _add_cache_and_rate_limit(flag)
     _add_grpc(flag)
@@ -121,6 +127,30 @@ def _add_grpc(flag: Callable[..., object]) -> None:
         default=MAX_GRPC_MESSAGE_BYTES,
         metavar="BYTES",
         help="largest gRPC message sent or received (workbench only; Triton uses INT32_MAX)",
+    )
+
+
+def _add_http_limits(flag: Callable[..., object]) -> None:
+    flag(
+        "--http-idle-timeout-secs",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="close an HTTP keep-alive connection with no request for this long; requests "
+        "executing or streaming are never cut; 0: never (tritonserver's behaviour)",
+    )
+    flag(
+        "--http-header-timeout-secs",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="close (408) a connection whose request line and headers have not all arrived "
+        "this long after they began; 0: never",
+    )
+    flag(
+        "--http-max-header-size",
+        type=int,
+        default=DEFAULT_MAX_HEADER_BYTES,
+        metavar="BYTES",
+        help="refuse (431) a request whose URL and header fields are larger",
     )
 
 
@@ -320,4 +350,7 @@ def server_from_args(args: argparse.Namespace) -> Server:
         http_restricted_api=args.http_restricted_api,
         grpc_restricted_protocol=args.grpc_restricted_protocol,
         allow_model_upload=args.allow_model_upload,
+        http_idle_timeout_secs=args.http_idle_timeout_secs,
+        http_header_timeout_secs=args.http_header_timeout_secs,
+        http_max_header_size=args.http_max_header_size,
     )

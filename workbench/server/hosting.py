@@ -29,6 +29,12 @@ from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_M
 from workbench.server.http import create_app
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
 from workbench.server.http.frontend import HttpFrontend
+from workbench.server.http.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_HEADER_BYTES,
+    HttpLimits,
+)
 from workbench.server.log_settings import LogSettings
 from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 from workbench.server.restricted import (
@@ -55,6 +61,8 @@ class ServerOptions:
     log_verbose: int = 0
     #: ``--http-restricted-api``: group -> the header its requests must carry
     http_restrictions: Restrictions = field(default_factory=dict)
+    #: idle keep-alive and request-head timeouts, request-head size limit
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
     core: CoreOptions = field(default_factory=CoreOptions)
     #: ``None``: no gRPC endpoint (tritonserver's ``--allow-grpc=false``)
     grpc: GrpcOptions | None = field(default_factory=GrpcOptions)
@@ -101,6 +109,13 @@ def _check_limits(cache_size: int, rate_limit: str, resources: Mapping[str, int]
             raise InvalidArgumentError(
                 f"rate limiter resource {name!r} needs a non-negative count, got {count!r}"
             )
+
+
+def _http_limits(idle_s: float, header_s: float, max_header_bytes: int) -> HttpLimits:
+    try:
+        return HttpLimits(idle_s, header_s, max_header_bytes)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid HTTP connection limit: {exc}") from exc
 
 
 class _UvicornServer(uvicorn.Server):
@@ -152,6 +167,9 @@ class Server:
         http_restricted_api: str | Sequence[str] = (),
         grpc_restricted_protocol: str | Sequence[str] = (),
         allow_model_upload: bool = True,
+        http_idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_S,
+        http_header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_S,
+        http_max_header_size: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         _check_limits(cache_size, rate_limit, rate_limit_resources or {})
         grpc_options = GrpcOptions(
@@ -177,6 +195,9 @@ class Server:
             max_input_bytes=max_input_bytes,
             log_verbose=log_verbose,
             http_restrictions=http_restrictions(http_restricted_api),
+            http_limits=_http_limits(
+                http_idle_timeout_secs, http_header_timeout_secs, http_max_header_size
+            ),
             core=CoreOptions(
                 control_mode=model_control_mode,
                 load_models=tuple(load_model),
@@ -374,7 +395,15 @@ class Server:
                 restrictions=self.options.http_restrictions,
             )
             assert self._socket is not None
-            self._http = HttpFrontend(app, self._socket, self.options.exit_timeout_secs)
+            limits = self.options.http_limits
+            self._http = HttpFrontend(
+                app,
+                self._socket,
+                self.options.exit_timeout_secs,
+                idle_timeout_s=limits.idle_timeout_s,
+                header_timeout_s=limits.header_timeout_s,
+                max_header_bytes=limits.max_header_bytes,
+            )
             await self._http.start()
             # tritonserver's wording, so scripts that wait for this line keep working.
             log.info("Started HTTPService at %s:%d", self.options.host, self.http_port)

@@ -9,6 +9,11 @@ an ``HttpRequest`` to ``HttpApp.handle`` and writes the reply's head and body in
 
 Only streamed (generate) replies use the ASGI ``send``/``receive`` shape, through
 ``_StreamSender``: chunked transfer encoding and a ``receive`` that reports the client leaving.
+
+A connection that waits on its client (idle between requests, or a request head that does not
+end) is closed after the timeouts of ``limits.HttpLimits``, and a head over its size limit is
+refused. One timer per connection does this lazily: the hot path only moves ``deadline`` (one
+clock read per reply), and the timer, when it fires early, re-arms itself at the new deadline.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import socket
 from collections import deque
 from http import HTTPStatus
@@ -24,6 +30,7 @@ from urllib.parse import unquote
 
 import httptools
 
+from workbench.server.http.limits import DEFAULT_LIMITS, HttpLimits
 from workbench.server.http.messages import HttpRequest, Message, Reply, error_reply
 
 if TYPE_CHECKING:
@@ -35,11 +42,19 @@ log = logging.getLogger("workbench.server.http")
 _MAX_QUEUED = 16
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b'{"error":"Invalid HTTP request received."}'
+_HEAD_TIMEOUT = b'{"error":"Request header timed out."}'
+_HEAD_TOO_LARGE = b'{"error":"Request header fields too large."}'
+#: a timer may fire this early (uvloop keeps time in milliseconds): close rather than re-arm
+_TIMER_SLACK_S = 0.002
 #: urls up to this long have their decoded path remembered (clients repeat the same few)
 _CACHED_URL_BYTES = 512
 #: the headers the connection itself acts on
 _FRAMING_HEADERS = frozenset({b"content-length", b"expect"})
 _METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD")}
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a head over the size limit."""
 
 
 def status_line(status: int) -> bytes:
@@ -91,6 +106,7 @@ class HttpConnection(asyncio.Protocol):
         app: HttpApp,
         connections: set[HttpConnection],
         tasks: set[asyncio.Task[None]],
+        limits: HttpLimits = DEFAULT_LIMITS,
     ) -> None:
         self.app = app
         self.connections = connections
@@ -111,6 +127,15 @@ class HttpConnection(asyncio.Protocol):
         #: the task serving this connection's requests, and what it waits on when idle
         self._serving: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._idle_s, self._head_s = limits.idle_s, limits.header_s
+        self._max_head = limits.max_header_bytes
+        #: loop time at which a connection waiting on its client is closed (see ``_expire``)
+        self.deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        #: what to answer once the replies under way are out (a head too large, or bytes
+        #: that are not HTTP, after pipelined requests): (status, JSON body)
+        self.late_refusal: tuple[int, bytes] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -123,6 +148,11 @@ class HttpConnection(asyncio.Protocol):
         self.refusal: Exception | None = None
         #: how many "100 Continue" to send once the headers are in
         self.continues = 0
+        #: the parser is between messages or inside a head (not inside a body)
+        self.in_head = True
+        #: bytes read since this head began (an undercount by what came in the read that
+        #: ended the previous message: enough to bound what a head can make us buffer)
+        self.head_bytes = 0
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -131,11 +161,15 @@ class HttpConnection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections.add(self)
+        self._arm(self.loop.time() + self._head_s)  # the first request's head
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.connections.discard(self)
         self.queue.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._waiter is not None and not self._waiter.done():  # (cancelled at the exit)
             self._waiter.set_result(None)  # the serving task sees the connection closed
         self._waiter = None
@@ -143,29 +177,95 @@ class HttpConnection(asyncio.Protocol):
             self._gone.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self.in_head:
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # An upgrade we do not speak (``Upgrade: h2c`` from curl --http2): the request
             # itself is queued already and is served as HTTP/1.1; nothing after it is read.
             self._ignore_upgrade()
-        except httptools.HttpParserError:
-            self._refuse_protocol()
+            return
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._refuse_after_replies(431, _HEAD_TOO_LARGE)
+            else:
+                self._refuse_after_replies(400, _BAD_REQUEST)
+            return
+        if self.in_head and self.head_bytes:  # a head that has not ended yet
+            self._head_pending(len(data))
+
+    def _head_pending(self, arrived: int) -> None:
+        """Bound the head that is arriving: its size now, its time from its first bytes on."""
+        if self.head_bytes > self._max_head:
+            self._refuse_after_replies(431, _HEAD_TOO_LARGE)
+        elif self.head_bytes == arrived and not self.busy:  # its first bytes
+            self._arm(self.loop.time() + self._head_s)
+
+    def _refuse_after_replies(self, status: int, body: bytes) -> None:
+        """Refuse now, or once the requests before this one have their replies (reading stops
+        until then, for good): a client that pipelined gets every answer, in order."""
+        if not self.busy:
+            self._refuse(status, body)
+            return
+        assert self.transport is not None
+        self.late_refusal = (status, body)
+        self.transport.pause_reading()
+        self.paused = False  # so that serving the queue does not resume reading
 
     def _ignore_upgrade(self) -> None:
         if not self.busy:  # no whole request came before the upgrade (CONNECT)
-            self._refuse_protocol()
+            self._refuse(400, _BAD_REQUEST)
             return
         self.closing = True  # its reply says ``Connection: close`` and ends the connection
         assert self.transport is not None
         self.transport.pause_reading()
 
-    def _refuse_protocol(self) -> None:
-        """Bytes that are not HTTP/1.x: answer 400 and hang up, as uvicorn does."""
+    def _refuse(self, status: int, body: bytes) -> None:
+        """Answer ``status`` with a JSON ``{"error": ...}`` and hang up, as uvicorn does for
+        bytes that are not HTTP/1.x (the body left out when the request was a HEAD: a client
+        would read it as the next reply)."""
         assert self.transport is not None
-        head = reply_head(400, _content(_BAD_REQUEST, b"application/json"), keep_alive=False)
-        self.transport.write(bytes(head) + _BAD_REQUEST)
+        head = reply_head(status, _content(body, b"application/json"), keep_alive=False)
+        if self.parser.get_method() != b"HEAD":
+            head += body
+        self.transport.write(bytes(head))
         self.transport.close()
+
+    # -- timeouts ------------------------------------------------------------------------------
+    def _arm(self, deadline: float) -> None:
+        """Close at ``deadline`` unless the connection moves on; the timer is only replaced
+        when it would fire too late."""
+        self.deadline = deadline
+        if deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._expire)
+            self._timer_at = deadline
+
+    def _expire(self) -> None:
+        """The timer: close the connection if it still waits on its client past ``deadline``."""
+        self._timer, self._timer_at = None, math.inf
+        if self.busy or not self.in_head or self._stopped():
+            return  # serving, or a body arriving: ``_rest`` arms again once the replies are out
+        if self.deadline > self.loop.time() + _TIMER_SLACK_S:
+            self._arm(self.deadline)  # it moved on since the timer was set
+        elif self.head_bytes:
+            self._refuse(408, _HEAD_TIMEOUT)  # a head that did not end in time
+        else:
+            self._close()  # idle: nothing was asked, so nothing is answered
+
+    def _rest(self) -> None:
+        """Every reply is out: from now on the connection waits on its client (unless a body
+        is arriving, which has no timeout)."""
+        if self._stopped():
+            return
+        if self.late_refusal is not None:
+            self._refuse(*self.late_refusal)
+        elif self.in_head and self.head_bytes:
+            self._arm(self.loop.time() + self._head_s)  # a head came in while we served
+        elif self.in_head:
+            self._arm(self.loop.time() + self._idle_s)
 
     # -- httptools callbacks -------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
@@ -189,9 +289,19 @@ class HttpConnection(asyncio.Protocol):
             self.continues += 1
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        # ``head_bytes`` is 0 for a head that began in the read that ended the message before
+        # it, and counts any body that came in the same read: measure the head itself then.
+        if not self.head_bytes or self.head_bytes > self._max_head:
+            if self._head_size() > self._max_head:
+                raise _HeadTooLarge
         if self.continues:
             assert self.transport is not None
             self.transport.write(_CONTINUE * self.continues)  # one per Expect header
+
+    def _head_size(self) -> int:
+        """The request target and header fields, as parsed (each line's framing counted)."""
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def on_body(self, body: bytes) -> None:
         if self.refusal is not None:
@@ -244,6 +354,7 @@ class HttpConnection(asyncio.Protocol):
         while True:
             if not self.queue:
                 self.busy = False
+                self._rest()
                 self._waiter = self.loop.create_future()
                 await self._waiter
             if self._stopped():

@@ -25,7 +25,14 @@ from workbench.core.request import InferRequest
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
-from workbench.server.http.request_plan import Body, cached_plan, make_plan, remember_plan
+from workbench.server.http.request_plan import (
+    MAX_DIMS,
+    Body,
+    cached_plan,
+    make_plan,
+    remember_plan,
+    shape_fits,
+)
 from workbench.server.tensor_bytes import (
     deserialize_bytes,
     request_prefix,
@@ -179,6 +186,8 @@ def _decode_input(
         raise _no_shared_memory(params["shared_memory_region"])
     if datatype not in WIRE_TO_NUMPY:
         raise InvalidArgumentError(f"invalid datatype for input {name}")
+    if not shape_fits(shape):
+        raise _unholdable_shape(shape, name, req.model_name)
     if "binary_data_size" in params:
         size = params["binary_data_size"]
         if not _is_uint(size):
@@ -235,6 +244,15 @@ def _shape(spec: dict[str, Any]) -> tuple[int, ...]:
         if type(dim) is not int or dim < 0:  # JSON has no int subclasses but bool
             raise access_error("shape", NON_UINT)
     return tuple(shape)
+
+
+def _unholdable_shape(shape: tuple[int, ...], name: str, model: str) -> InvalidArgumentError:
+    """A shape numpy cannot make an array of (Triton would pass it on to the model, whose
+    configuration cannot allow it either)."""
+    return InvalidArgumentError(
+        f"unexpected shape {list(shape)} for input '{name}' for model '{model}': a tensor has "
+        f"at most {MAX_DIMS} dimensions and fewer than 2^60 elements"
+    )
 
 
 def _no_shared_memory(region: Any) -> NotFoundError:

@@ -15,6 +15,7 @@ its plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,11 @@ _CACHED_HEADER_BYTES = 4096
 _CACHED_PLANS = 256
 _INPUT_PARAMETERS = frozenset({"binary_data_size"})
 _OUTPUT_PARAMETERS = frozenset({"binary_data"})
+#: numpy's most dimensions (``NPY_MAXDIMS``: 32 before numpy 2); Triton itself has no limit
+MAX_DIMS = 32
+#: the most elements a shape may describe (its non-zero dims): with 8-byte items, numpy's
+#: byte count (an ``intp``) must not overflow, even for an array whose other dim is 0
+MAX_ELEMENTS = 2**60 - 1
 
 #: name, datatype, numpy dtype, shape, byte size
 _Input = tuple[str, str, np.dtype, tuple[int, ...], int]
@@ -76,6 +82,11 @@ _plans: dict[bytes, RequestPlan] = {}
 cached_plan = _plans.get
 
 
+def shape_fits(shape: Sequence[int]) -> bool:
+    """Whether numpy can make an array of ``shape`` (non-negative dims) of any item size."""
+    return len(shape) <= MAX_DIMS and math.prod(dim for dim in shape if dim) <= MAX_ELEMENTS
+
+
 def remember_plan(header: bytes, plan: RequestPlan) -> None:
     if len(header) > _CACHED_HEADER_BYTES:
         return
@@ -120,6 +131,8 @@ def _input(spec: Any) -> _Input | None:
     shape, size = spec.get("shape"), params["binary_data_size"]
     if type(shape) is not list or not all(type(dim) is int and dim >= 0 for dim in shape):
         return None
+    if not shape_fits(shape):
+        return None
     dtype = WIRE_TO_NUMPY[datatype]
     if type(size) is not int or size != math.prod(shape) * dtype.itemsize:
         return None
@@ -144,4 +157,4 @@ def _output(spec: Any) -> tuple[str, Parameters] | None:
     return spec["name"], params
 
 
-__all__ = ["Body", "RequestPlan", "cached_plan", "make_plan", "remember_plan"]
+__all__ = ["Body", "RequestPlan", "cached_plan", "make_plan", "remember_plan", "shape_fits"]
