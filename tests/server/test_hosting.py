@@ -128,3 +128,35 @@ def test_a_busy_grpc_or_metrics_port_fails_start_and_frees_the_http_port(
         again.bind(("127.0.0.1", http_port))
     finally:
         again.close()
+
+
+def test_a_wrong_repository_is_reported_before_a_busy_port(tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        port = holder.getsockname()[1]
+        server = Server(tmp_path / "not-a-repo", http_port=port, allow_grpc=False)
+        with pytest.raises(WorkbenchError, match="not-a-repo"):
+            server.start()
+    finally:
+        holder.close()
+
+
+def test_a_busy_grpc_port_fails_before_any_model_loads(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "initialized"
+    (repo / "add" / "1" / "model.py").write_text(
+        "import pathlib\n\n\nclass TritonPythonModel:\n"
+        f"    def initialize(self, args):\n        pathlib.Path({str(marker)!r}).touch()\n\n"
+        "    def execute(self, requests):\n        return []\n"
+    )
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        port = holder.getsockname()[1]
+        with pytest.raises(UnavailableError, match=f"cannot listen on 127.0.0.1:{port}"):
+            Server(repo, http_port=0, grpc_port=port, metrics_port=0).start()
+    finally:
+        holder.close()
+    assert not marker.exists()

@@ -24,6 +24,7 @@ from workbench._types import StrPath
 from workbench.core import CoreOptions, InferenceCore
 from workbench.core.rate_limiter import RATE_LIMIT_MODES
 from workbench.errors import InvalidArgumentError, UnavailableError, WorkbenchError
+from workbench.repository import ModelRepository
 from workbench.server.grpc import GrpcFrontend, GrpcOptions
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.http import create_app
@@ -314,6 +315,15 @@ class Server:
         self.stop()
 
     def _bind(self) -> None:
+        """Check the repository, then take every port, before any model loads: each mistake
+        is reported as itself, and at once."""
+        if not isinstance(self.model_repository, ModelRepository):
+            ModelRepository(self.model_repository)  # a wrong path, even when a port is busy
+        grpc = self.options.grpc
+        if grpc is not None and grpc.port != 0:
+            # grpc binds only once the models are loaded, and logs its own failure in a raw
+            # line: a probe says "in use" now (a port taken in between still fails later)
+            bind_socket(grpc.address, grpc.port).close()
         self._socket = bind_socket(self.options.host, self.options.http_port)
         self._bound_port = int(self._socket.getsockname()[1])
         metrics = self.options.metrics
