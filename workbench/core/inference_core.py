@@ -169,6 +169,7 @@ class InferenceCore:
             await asyncio.wait_for(self.models.unload_all(), timeout_s)
         except asyncio.TimeoutError:
             log.warning("in-flight requests did not finish within %.0f s; exiting", timeout_s)
+        self.models.discard_overrides()  # also when the unload above ran out of time
 
     def _startup_names(self) -> list[str]:
         if self.options.control_mode != "explicit":
@@ -343,6 +344,12 @@ class InferenceCore:
     ) -> None:
         """Triton's repository load: optional config override and ``file:`` contents."""
         self._require_model_control()
+        if files and not self.options.allow_model_upload:
+            # Checked before anything is parsed or written: an upload is model code to run.
+            raise InvalidArgumentError(
+                f"failed to load '{name}', model file uploads ('file:' load parameters) are "
+                "disabled on this server (--allow-model-upload=false)"
+            )
         override = cfg.from_json(config_json) if config_json else None
         if files and override is None:
             raise InvalidArgumentError(

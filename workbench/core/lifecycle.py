@@ -76,6 +76,9 @@ class ModelRecord:
     versions: dict[int, ServingModel] = field(default_factory=dict)
     #: versions that served before an unload; Triton keeps listing them as UNAVAILABLE
     retired: list[int] = field(default_factory=list)
+    #: the temporary folder of a load with ``file:`` parameters the versions run from;
+    #: deleted once they are retired (unload, a reload, stop), as Triton's localize agent does
+    override_dir: Path | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -144,29 +147,50 @@ class ModelManager:
     async def load(
         self, name: str, config: ModelConfig | None = None, path: Path | None = None
     ) -> None:
-        """Load (or reload) every version of ``name`` chosen by its version policy."""
+        """Load (or reload) every version of ``name`` chosen by its version policy.
+
+        ``path`` is the temporary folder of a load with ``file:`` parameters: the record owns
+        it from here, so it is deleted on failure or once its versions are retired.
+        """
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock:
             if not record.versions:
                 record.state = ModelState.LOADING
             try:
-                new_config, versions = await self._build(name, config, path)
-            except VersionLoadError as exc:
-                record.reason = exc.reason
-                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+                new_config, versions = await self._build_recording(record, config, path)
+            except BaseException:
+                self._discard_override(path, keep=record.override_dir)
                 raise
-            except WorkbenchError as exc:
-                record.reason = str(exc)
-                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
-                raise
-            except Exception as exc:  # user code at load time (e.g. model.py import error)
-                record.reason = f"{type(exc).__name__}: {exc}"
-                record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
-                raise UnavailableError(f"failed to load '{name}': {record.reason}") from exc
             old = list(record.versions.values())
-            record.config, record.versions = new_config, versions
+            old_dir = record.override_dir
+            record.config, record.versions, record.override_dir = new_config, versions, path
             record.state, record.reason = ModelState.READY, ""
         await self._retire(old)
+        self._discard_override(old_dir, keep=path)
+
+    async def _build_recording(
+        self, record: ModelRecord, config: ModelConfig | None, path: Path | None
+    ) -> tuple[ModelConfig, dict[int, ServingModel]]:
+        """``_build``, recording a failure's reason (and state) on the record."""
+        try:
+            return await self._build(record.name, config, path)
+        except VersionLoadError as exc:
+            record.reason = exc.reason
+            record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+            raise
+        except WorkbenchError as exc:
+            record.reason = str(exc)
+            record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+            raise
+        except Exception as exc:  # user code at load time (e.g. model.py import error)
+            record.reason = f"{type(exc).__name__}: {exc}"
+            record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+            raise UnavailableError(f"failed to load '{record.name}': {record.reason}") from exc
+
+    def _discard_override(self, path: Path | None, *, keep: Path | None) -> None:
+        """Delete a ``file:`` load's folder no version runs from any more."""
+        if path is not None and path != keep:
+            self.repository.remove_override(path)
 
     async def unload(self, name: str) -> None:
         record = self._records.get(name)
@@ -179,9 +203,17 @@ class ModelManager:
             record.state = ModelState.UNLOADING if old else ModelState.UNAVAILABLE
             await self._retire(old)
             record.state, record.reason = ModelState.UNAVAILABLE, "unloaded"
+            self._discard_override(record.override_dir, keep=None)
+            record.override_dir = None
 
     async def unload_all(self) -> None:
         await asyncio.gather(*(self.unload(name) for name in list(self._records)))
+
+    def discard_overrides(self) -> None:
+        """Delete every ``file:`` load's folder: the server is exiting."""
+        for record in self._records.values():
+            self._discard_override(record.override_dir, keep=None)
+            record.override_dir = None
 
     async def _retire(self, models: list[ServingModel]) -> None:
         """Wait for in-flight requests on replaced versions, then release them."""
