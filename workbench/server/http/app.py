@@ -4,7 +4,7 @@ The serving port calls ``handle`` straight from its own connection (``connection
 app is also a plain ASGI application (``__call__``) that any ASGI server can mount.
 Routing mirrors ``HTTPAPIServer::Handle`` in Triton 2.51 (the same regular expressions in the
 same order), so paths, 404 and 405 answers match Triton's. No framework sits on the infer path
-(a FastAPI route there costs ~25% of throughput, see ARCHITECTURE.md), and no request can
+(a FastAPI route there costs ~25% of throughput, see docs/architecture.md), and no request can
 take the server down: every exception becomes an
 ``{"error": ...}`` reply with the status of its category. Generate replies are the one kind sent
 in chunks as the model's responses arrive (``generate.py``).
