@@ -85,3 +85,30 @@ def test_editor_displays_as_its_widget(editor: ConfigEditor) -> None:
     bundle = editor._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert editor.widget() is editor.widget()
+
+
+def test_earlier_versions_can_be_restored_from_the_view(editor: ConfigEditor) -> None:
+    view = ConfigEditorView(editor)
+    original = editor.path.read_text()
+    assert list(view.history.options) == [] and view.restore_button.disabled
+    delay = view.controls["dynamic_batching.max_queue_delay_microseconds"]
+    for value in (200, 300):
+        delay.value = value
+        view.apply_button.click()
+    options = list(view.history.options)
+    assert [steps for _, steps in options] == [1, 2] and options[0][0].startswith("1: ")
+    view.history.value = 2
+    view.restore_button.click()
+    assert editor.path.read_text() == original
+    assert "reverted" in view.status.value and delay.value == 100
+    assert len(view.history.options) == 3
+
+
+def test_the_view_warns_what_apply_would_not_keep(editor: ConfigEditor) -> None:
+    view = ConfigEditorView(editor)
+    view.pbtxt.value = editor.pbtxt.replace(
+        "dynamic_batching {", "dynamic_batching { # tuned by hand\n"
+    )
+    assert view.warnings.value == ""
+    view.controls["dynamic_batching.max_queue_delay_microseconds"].value = 200
+    assert "# tuned by hand" in view.warnings.value

@@ -1,4 +1,5 @@
-"""The ipywidgets view of a ``ConfigEditor``: form, pbtxt text, diff, Apply and Revert.
+"""The ipywidgets view of a ``ConfigEditor``: form, pbtxt text, diff, Apply and Revert, and
+a list of earlier versions of the file with a Restore button (``revert(steps=n)``).
 
 A thin view: every user action calls the controller, and every controller change (including
 ``editor.config`` edited in place by a notebook cell, picked up after the cell runs) refreshes
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from workbench.notebook.config_editor import ConfigEditor
 
 _ERROR_STYLE = "color:#b00020;font-size:90%"
+_WARNING_STYLE = "color:#8a5300;font-size:90%"
 
 
 def _widgets() -> Any:
@@ -35,8 +37,8 @@ def _widgets() -> Any:
     return ipywidgets
 
 
-def _error_html(messages: list[str]) -> str:
-    return "".join(f'<div style="{_ERROR_STYLE}">{html.escape(m)}</div>' for m in messages)
+def _error_html(messages: list[str], style: str = _ERROR_STYLE) -> str:
+    return "".join(f'<div style="{style}">{html.escape(m)}</div>' for m in messages)
 
 
 def _ints_text(values: list[int]) -> str:
@@ -59,9 +61,12 @@ class ConfigEditorView:
         self.pbtxt_message = self.w.HTML()
         self.diff = self.w.HTML()
         self.messages = self.w.HTML()
+        self.warnings = self.w.HTML()
         self.status = self.w.HTML()
         self.apply_button = self.w.Button(description="Apply", button_style="primary")
         self.revert_button = self.w.Button(description="Revert")
+        self.history = self.w.Dropdown(description="earlier", options=[])
+        self.restore_button = self.w.Button(description="Restore")
         self.root = self._layout()
         self._connect()
         editor.observe(self._on_editor_change)
@@ -76,8 +81,8 @@ class ConfigEditorView:
         for index, title in enumerate(("Form", "config.pbtxt", "Diff vs disk")):
             tabs.set_title(index, title)
         header = w.HTML(f"<b>config.pbtxt of '{html.escape(self.editor.name)}'</b>")
-        buttons = w.HBox([self.apply_button, self.revert_button])
-        return w.VBox([header, self.messages, tabs, buttons, self.status])
+        buttons = w.HBox([self.apply_button, self.revert_button, self.history, self.restore_button])
+        return w.VBox([header, self.messages, tabs, self.warnings, buttons, self.status])
 
     def _field_row(self, field: FormField) -> Any:
         w = self.w
@@ -130,6 +135,7 @@ class ConfigEditorView:
         self.pbtxt.observe(self._pbtxt_changed, names="value")
         self.apply_button.on_click(lambda _: self._run(self.editor.apply))
         self.revert_button.on_click(lambda _: self._run(self.editor.revert))
+        self.restore_button.on_click(lambda _: self._restore())
 
     def _control_changed(self, path: str, change: dict[str, Any]) -> None:
         if not self._updating:
@@ -160,6 +166,11 @@ class ConfigEditorView:
         rows = self.editor.get("instance_group")
         del rows[index]
         self._run(lambda: self.editor.set("instance_group", rows))
+
+    def _restore(self) -> None:
+        steps = self.history.value
+        if steps:
+            self._run(lambda: self.editor.revert(steps=steps))
 
     def _run(self, action: Any) -> None:
         """Errors become messages in the view (the controller records them), never tracebacks."""
@@ -194,7 +205,18 @@ class ConfigEditorView:
         self.pbtxt_message.value = ""
         diff = editor.diff()
         self.diff.value = f"<pre>{html.escape(diff or 'no changes')}</pre>"
+        self.warnings.value = _error_html(editor.warnings(), _WARNING_STYLE)
         self.status.value = html.escape(editor.status)
+        self._refresh_history()
+
+    def _refresh_history(self) -> None:
+        """One entry per earlier version, newest first; its value is ``revert``'s ``steps``."""
+        options = [
+            (f"{steps}: {backup.saved_at:%Y-%m-%d %H:%M:%S} UTC", steps)
+            for steps, backup in enumerate(self.editor.history(), start=1)
+        ]
+        self.history.options = options
+        self.restore_button.disabled = not options
 
     def _refresh_rows(self, rows: list[dict[str, Any]]) -> None:
         if len(rows) != len(self.rows_box.children):
