@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 from tests.backends.model_folders import context_for, load_config, request, write_model
 from workbench._types import Tensor
 from workbench.backends import backend_for, get_backend
-from workbench.errors import ConfigError, UnavailableError, UnsupportedError
+from workbench.errors import ConfigError, InvalidArgumentError, UnavailableError, UnsupportedError
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -215,3 +215,17 @@ def test_missing_model_file(repo: Path) -> None:
     folder = write_model(repo, "none", 'backend: "onnxruntime"', {"1/readme.txt": ""})
     with pytest.raises(UnavailableError, match="unable to find"):
         OnnxRuntimeBackend().create_instance(context_for(folder))
+
+
+def test_a_config_that_does_not_fit_the_graph_fails_the_load(tmp_path: Path) -> None:
+    """Triton's onnxruntime backend refuses it when it creates the instance (ValidateInputs,
+    CompareDimsSupported); before, the model loaded and then failed every request."""
+    folder = shutil.copytree(EXAMPLES / "linear_onnx", tmp_path / "linear_onnx")
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 4 ]", "dims: [ 5 ]", 1))
+    with pytest.raises(InvalidArgumentError) as refused:
+        OnnxRuntimeBackend().create_instance(context_for(folder))
+    assert refused.value.message.startswith(
+        "model 'linear_onnx', tensor 'INPUT': the model expects 2 dimensions (shape [-1,4]) "
+        "but the model configuration specifies 2 dimensions"
+    )

@@ -23,9 +23,12 @@ from workbench.backends._batching import (
 )
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
 from workbench.config.dtypes import wire_to_config_enum
+from workbench.config.graph_checks import onnx_problems
+from workbench.config.model_files import GraphSignature, GraphTensor
 from workbench.errors import (
     ConfigError,
     InternalError,
+    InvalidArgumentError,
     MissingDependencyError,
     UnavailableError,
     WorkbenchError,
@@ -103,7 +106,25 @@ class OnnxRuntimeBackend:
         providers = _providers(context)
         options = _session_options(context.config)
         session = _session(context.model_name, model_file, providers, options)
+        _check_against_graph(context, session)
         return OnnxRuntimeInstance(context, session)
+
+
+def _check_against_graph(context: InstanceContext, session: Any) -> None:
+    """Refuse a config that does not fit the graph, as Triton's backend does when it creates
+    the instance (``ValidateInputs``/``ValidateOutputs``): the first problem, Triton's text."""
+
+    def tensors(args: Sequence[Any]) -> tuple[GraphTensor, ...]:
+        return tuple(GraphTensor(n, wire, tuple(dims)) for n, wire, dims in _tensor_infos(args))
+
+    signature = GraphSignature(
+        inputs=tensors(session.get_inputs()),
+        outputs=tensors(session.get_outputs()),
+        overridable=tensors(session.get_overridable_initializers()),
+    )
+    problems = onnx_problems(context.config, signature, model_name=context.model_name)
+    if problems:
+        raise InvalidArgumentError(problems[0].message)
 
 
 def _session(name: str, path: Path, providers: list[Any] | None = None, options: Any = None) -> Any:
