@@ -43,6 +43,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'workbench' has no attribute '{name}'")
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext workbench``: the ``%workbench`` and ``%%pbtxt`` magics."""
+    from workbench.notebook.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
 __all__ = [
     "AlreadyExistsError",
     "ConfigEditor",

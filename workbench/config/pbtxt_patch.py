@@ -21,7 +21,7 @@ from google.protobuf import text_format
 from google.protobuf.descriptor import FieldDescriptor
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-__all__ = ["PatchedText", "patch_pbtxt"]
+__all__ = ["PatchedText", "field_line", "patch_pbtxt"]
 
 _OPEN = frozenset("{<[")
 _CLOSE = frozenset("}>]")
@@ -93,6 +93,20 @@ def _only(config: ModelConfig, field: FieldDescriptor) -> ModelConfig:
 def _field_text(config: ModelConfig, field: FieldDescriptor) -> str:
     """The canonical text of one field ("" when it is unset)."""
     return str(text_format.MessageToString(_only(config, field), as_utf8=True))
+
+
+def field_line(text: str, field: str) -> int | None:
+    """The 1-based line of ``text`` where the top-level field of a problem's ``field`` path
+    starts (``input[1].dims``: the second ``input`` block, or the one ``input [...]`` list);
+    ``None`` when the text has no such field or cannot be split."""
+    name, _, rest = field.partition(".")
+    name, _, index = name.partition("[")
+    spans = [span for span in (_spans(text) or []) if span.name == name]
+    if not spans:
+        return None
+    position = int(index.rstrip("]")) if index.rstrip("]").isdigit() else 0
+    span = spans[position] if len(spans) > 1 and position < len(spans) else spans[0]
+    return text.count("\n", 0, span.start) + 1
 
 
 # -- splitting the text into top-level fields -------------------------------------------------
