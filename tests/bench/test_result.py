@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import _thread
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from workbench.bench import SweepResult
+from workbench.bench import PartialSweepWarning, SweepInterrupted, SweepResult
 from workbench.config import parse_pbtxt
 from workbench.errors import InvalidArgumentError, UnavailableError
 
@@ -163,3 +165,59 @@ def test_a_running_result_waits_and_reports_how_it_ended() -> None:
     assert ended == [running] and not running.running
     running.stop()
     assert running.stop_event.is_set()
+
+
+def _running(planned: int) -> SweepResult:
+    axes = ["instance_count", "max_batch_size"]
+    return SweepResult("m", BASE, axes, options={"measurements": planned}, finished=False)
+
+
+def _runner(result: SweepResult, rows: list[dict], *, until_stopped: bool) -> threading.Thread:
+    """A stand-in for the sweep thread: measures ``rows`` (one per 20 ms), then, if asked,
+    keeps going until the result is stopped."""
+
+    def main() -> None:
+        for measured in rows:
+            time.sleep(0.02)
+            result.rows.append(measured)
+        while until_stopped and not result.stop_event.wait(0.01):
+            pass
+        result.finish()
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_reading_a_running_sweep_waits_for_all_its_rows() -> None:
+    """What "Run All" does: the next cell reads the result while the sweep still runs."""
+    running = _running(planned=4)
+    _runner(running, ROWS, until_stopped=False)
+    frame = running.df  # waits; no partial warning (filterwarnings=error would raise it)
+    assert len(frame) == 4 and frame.attrs["partial"] is False and not running.running
+    assert running.best().settings == {"instance_count": 2, "max_batch_size": 8}
+
+
+def test_an_interrupted_wait_stops_the_sweep_and_keeps_its_rows() -> None:
+    running = _running(planned=4)
+    runner = _runner(running, ROWS[:1], until_stopped=True)
+    time.sleep(0.1)  # the first row is in; then Jupyter's stop button is pressed
+    threading.Timer(0.05, _thread.interrupt_main).start()
+    with pytest.raises(SweepInterrupted, match=r"stopped by the interrupt; 1 of 4 measurements"):
+        running.wait()
+    runner.join(10)
+    assert running.stop_event.is_set() and not running.running and running.partial
+    with pytest.warns(PartialSweepWarning, match="partial result: .* was stopped; 1 of 4"):
+        frame = running.df
+    assert len(frame) == 1 and frame.attrs["partial"] is True
+    assert "partial" in repr(running)
+
+
+def test_a_sweep_ended_by_an_error_says_its_rows_are_partial() -> None:
+    failed = _running(planned=4)
+    failed.rows.extend(ROWS[:2])
+    failed.finish(RuntimeError("server went away"))
+    with pytest.warns(PartialSweepWarning, match=r"ended by an error \(server went away\)"):
+        assert len(failed.df) == 2
+    with pytest.raises(RuntimeError, match="server went away"):
+        failed.best()

@@ -7,7 +7,12 @@ concurrency; ``SweepResult`` holds the rows, draws the curves and picks the best
 from __future__ import annotations
 
 from workbench.bench.plan import CONFIG_AXES, SweepPoint, apply_settings, plan_points
-from workbench.bench.result import BestConfig, SweepResult
+from workbench.bench.result import (
+    BestConfig,
+    PartialSweepWarning,
+    SweepInterrupted,
+    SweepResult,
+)
 from workbench.bench.runs import sweep
 from workbench.bench.selection import select_best
 from workbench.bench.sweep import Endpoints, Progress
@@ -16,7 +21,9 @@ __all__ = [
     "CONFIG_AXES",
     "BestConfig",
     "Endpoints",
+    "PartialSweepWarning",
     "Progress",
+    "SweepInterrupted",
     "SweepPoint",
     "SweepResult",
     "apply_settings",

@@ -1,8 +1,13 @@
 """``SweepResult``: the rows of a sweep, their table and figure, and the best configuration.
 
-A result can be read while its sweep still runs (``df`` and ``figure`` hold the points done so
-far); ``best``, ``apply_best`` and ``save`` wait for the sweep to finish first. ``save`` writes
-JSON (the model's base configuration as pbtxt, every row), which ``SweepResult.load`` reads.
+Reading a result (``df``, ``figure``, ``best``, ``apply_best``, ``save``) waits for its sweep to
+finish, so a notebook run with "Run All" reads what a notebook run cell by cell reads; the live
+view keeps drawing meanwhile (it is fed row by row, not through these). Interrupting that wait
+(Jupyter's stop button: ``KeyboardInterrupt``) stops the sweep after the current measurement
+and raises ``SweepInterrupted``; the rows measured stay readable, and every read of a result
+that has fewer rows than planned says so (``PartialSweepWarning``, ``df.attrs["partial"]``).
+``save`` writes JSON (the model's base configuration as pbtxt, every row), which
+``SweepResult.load`` reads.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import difflib
 import json
 import threading
+import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +76,18 @@ class BestConfig:
         return f"{head}\n{self.diff}" if self.diff else head
 
 
+class PartialSweepWarning(UserWarning):
+    """The result read has fewer measurements than its sweep planned (stopped or failed)."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The wait for a sweep was interrupted; the sweep was stopped and its rows kept."""
+
+
+#: how long an interrupted wait gives the sweep to end its current measurement
+STOP_GRACE_S = 60.0
+
+
 class SweepResult:
     """Rows of one sweep of ``model`` (one per configuration and concurrency)."""
 
@@ -107,14 +126,56 @@ class SweepResult:
     def running(self) -> bool:
         return not self._finished.is_set()
 
+    @property
+    def planned(self) -> int | None:
+        """How many rows the sweep was to measure (``None`` for results made by hand)."""
+        planned = self.options.get("measurements")
+        return int(planned) if planned is not None else None
+
+    @property
+    def partial(self) -> bool:
+        """The sweep ended with fewer rows than planned (stopped, or ended by an error)."""
+        return not self.running and self.planned is not None and len(self.rows) < self.planned
+
     def wait(self, timeout_s: float | None = None) -> SweepResult:
         """Block until the sweep is done (``UnavailableError`` after ``timeout_s``); re-raise
-        the error that ended it, if one did."""
-        if not self._finished.wait(timeout_s):
-            raise UnavailableError(f"the sweep of '{self.model}' is still running")
+        the error that ended it, if one did. An interrupt stops the sweep (see the module)."""
+        self._wait_finished(timeout_s)
         if self.error is not None:
             raise self.error
         return self
+
+    def _wait_finished(self, timeout_s: float | None = None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            # short slices: the interrupt of a kernel arrives between them on every platform
+            while not self._finished.wait(0.1):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise UnavailableError(f"the sweep of '{self.model}' is still running")
+        except KeyboardInterrupt:
+            self.stop()
+            self._finished.wait(STOP_GRACE_S)
+            raise SweepInterrupted(
+                f"the sweep of '{self.model}' was stopped by the interrupt; "
+                f"{self._progress()}: the result holds them (partial)"
+            ) from None
+
+    def _progress(self) -> str:
+        planned = f" of {self.planned}" if self.planned is not None else ""
+        return f"{len(self.rows)}{planned} measurements done"
+
+    def _finished_rows(self) -> list[dict[str, Any]]:
+        """The rows once the sweep has ended, with a warning when there are fewer than planned."""
+        self._wait_finished()
+        if self.partial:
+            why = f"ended by an error ({self.error})" if self.error else "stopped"
+            warnings.warn(
+                PartialSweepWarning(
+                    f"partial result: the sweep of '{self.model}' was {why}; {self._progress()}"
+                ),
+                stacklevel=3,
+            )
+        return list(self.rows)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Mark the sweep done (the runner calls it, also when it fails)."""
@@ -141,17 +202,21 @@ class SweepResult:
     # -- views -------------------------------------------------------------------------------------
     @property
     def df(self) -> Any:
-        """One row per (configuration, concurrency) as a pandas DataFrame."""
+        """One row per (configuration, concurrency) as a pandas DataFrame, once the sweep has
+        ended; ``df.attrs["partial"]`` is true when it has fewer rows than planned."""
         try:
             import pandas
         except ImportError:
             raise MissingDependencyError("pandas", "notebook") from None
-        return pandas.DataFrame(list(self.rows), columns=self.columns)
+        frame = pandas.DataFrame(self._finished_rows(), columns=self.columns)
+        frame.attrs["partial"] = self.partial
+        return frame
 
     @property
     def figure(self) -> Any:
-        """Latency-vs-throughput curves, one per configuration (a plotly ``Figure``)."""
-        return latency_figure(self.rows)
+        """Latency-vs-throughput curves, one per configuration (a plotly ``Figure``), once the
+        sweep has ended."""
+        return latency_figure(self._finished_rows())
 
     # -- the best configuration --------------------------------------------------------------------
     def best(
@@ -163,7 +228,7 @@ class SweepResult:
         """The best point (highest throughput by default) meeting the constraints."""
         self.wait()
         row = select_best(
-            self.rows, objective=objective, p99_ms=p99_ms, min_throughput=min_throughput
+            self._finished_rows(), objective=objective, p99_ms=p99_ms, min_throughput=min_throughput
         )
         settings = {axis: int(row[axis]) for axis in self.axes if row.get(axis) is not None}
         config = apply_settings(self.base_config, settings)
@@ -197,13 +262,14 @@ class SweepResult:
     def save(self, path: StrPath) -> Path:
         """Write the result as JSON (after the sweep is done); returns the path."""
         self.wait()
+        rows = self._finished_rows()
         data = {
             "format": FORMAT,
             "model": self.model,
             "axes": self.axes,
             "base_config": to_pbtxt(self.base_config),
             "options": self.options,
-            "rows": self.rows,
+            "rows": rows,
         }
         target = Path(path)
         target.write_text(json.dumps(data, indent=1), encoding="utf-8")
@@ -219,11 +285,19 @@ class SweepResult:
         return cls(data["model"], config, data["axes"], data["rows"], options=data["options"])
 
     def __repr__(self) -> str:
-        state = "running" if self.running else "done"
+        state = "running" if self.running else "partial" if self.partial else "done"
         configs = len({row.get("config") for row in self.rows})
         return (
             f"SweepResult('{self.model}', {state}, {len(self.rows)} rows, {configs} configurations)"
         )
 
 
-__all__ = ["FORMAT", "METRIC_COLUMNS", "BestConfig", "SupportsEdit", "SweepResult"]
+__all__ = [
+    "FORMAT",
+    "METRIC_COLUMNS",
+    "BestConfig",
+    "PartialSweepWarning",
+    "SupportsEdit",
+    "SweepInterrupted",
+    "SweepResult",
+]

@@ -54,6 +54,7 @@ def sweep(
     )
     options = {"protocol": protocol, "duration_s": duration_s, "warmup_s": warmup}
     options["concurrency"] = levels
+    options["measurements"] = spec.measurements  # what a complete result holds
     axes = [name for name, values in settings.items() if values is not None]
     result = SweepResult(model, base_config(Path(model_dir)), axes, options=options, finished=False)
     runner = SweepRunner(spec, endpoints, result, list(listeners))
