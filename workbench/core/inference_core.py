@@ -18,6 +18,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
 from workbench._types import Parameters, StrPath, Tensor
+from workbench.backends.python import kill_all_stubs
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
 from workbench.core.model import BackendModel, model_metadata, one_response
@@ -37,6 +38,8 @@ log = logging.getLogger("workbench.core")
 
 #: The Triton release whose behaviour (and reported version) the embedded server mirrors.
 TRITON_VERSION = "2.51.0"
+#: how long a repository unload call waits for the unload to finish before it answers
+UNLOAD_WAIT_S = 1.0
 CONTROL_MODES = ("none", "explicit", "poll")
 
 
@@ -136,6 +139,8 @@ class InferenceCore:
         self._stopping = False
         self._startup_models: list[str] = []
         self._poll_task: asyncio.Task[None] | None = None
+        #: unloads still finishing after their call answered (kept so they are not collected)
+        self._unloads: set[asyncio.Future[None]] = set()
 
     def _rate_limiter(self) -> RateLimiter | None:
         mode = self.options.rate_limit
@@ -158,18 +163,24 @@ class InferenceCore:
             self._poll_task = asyncio.create_task(self._poll_forever(baseline))
         self._started = True
 
-    async def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop accepting work, let in-flight requests finish (bounded), unload everything."""
+    async def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop accepting work, let in-flight requests finish and unload everything within
+        ``timeout_s``; past it, end the stub processes still running (a hung ``execute`` or
+        ``finalize``) without waiting. Returns whether everything stopped in time."""
         self._stopping = True
         if self._poll_task is not None:
             self._poll_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poll_task
+        clean = True
         try:
-            await asyncio.wait_for(self.models.unload_all(), timeout_s)
+            await asyncio.wait_for(self.models.unload_all(), max(timeout_s, 0.0))
         except asyncio.TimeoutError:
-            log.warning("in-flight requests did not finish within %.0f s; exiting", timeout_s)
+            clean = False
+            log.warning("models did not stop within the exit timeout; ending what still runs")
+            kill_all_stubs("the exit timeout expired")
         self.models.discard_overrides()  # also when the unload above ran out of time
+        return clean
 
     def _startup_names(self) -> list[str]:
         if self.options.control_mode != "explicit":
@@ -322,13 +333,14 @@ class InferenceCore:
             return [
                 {"name": name, "version": str(v), "state": "READY"} for v in sorted(record.versions)
             ]
-        state, reason = record.state.value, record.reason
+        state = record.state.value
+        # tritonserver 2.51 lists an unloading model without a reason
+        reason = {} if record.state is ModelState.UNLOADING else {"reason": record.reason}
         if record.retired:
             return [
-                {"name": name, "version": str(v), "state": state, "reason": reason}
-                for v in record.retired
+                {"name": name, "version": str(v), "state": state, **reason} for v in record.retired
             ]
-        return [{"name": name, "state": state, "reason": reason}]
+        return [{"name": name, "state": state, **reason}]
 
     def _require_model_control(self) -> None:
         if self.options.control_mode != "explicit":
@@ -370,13 +382,26 @@ class InferenceCore:
             raise load_error(name, exc) from exc
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Triton's repository unload: the model stops serving at once; the call returns when
+        the unload is done or after ``UNLOAD_WAIT_S``, whichever comes first. The rest (requests
+        in flight, ``finalize``) goes on in the background with the model ``UNLOADING``, as
+        in tritonserver 2.51, which answers at once even while an ``execute`` hangs."""
         self._require_model_control()
         record = self.models.record(name)
         config = record.config if record else None
-        await self.models.unload(name)
+        names = [name]
         if unload_dependents and config is not None and cfg.is_ensemble(config):
-            for step_model in composing_models(config):
-                await self.models.unload(step_model)
+            names += composing_models(config)
+        task = asyncio.ensure_future(self._unload_each(names))
+        self._unloads.add(task)
+        task.add_done_callback(self._unloads.discard)
+        await asyncio.wait({task}, timeout=UNLOAD_WAIT_S)
+        if task.done():
+            task.result()
+
+    async def _unload_each(self, names: Sequence[str]) -> None:
+        for each in names:
+            await self.models.unload(each)
 
 
 def load_error(name: str, error: WorkbenchError) -> WorkbenchError:

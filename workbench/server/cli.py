@@ -313,8 +313,13 @@ def serve(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
     )
-    server_from_args(args).serve_forever()
-    return 0
+    if server_from_args(args).serve_forever():
+        return 0
+    # tritonserver's words and status when its exit timeout expires
+    logging.getLogger("workbench.server").error(
+        "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+    )
+    return 1
 
 
 def server_from_args(args: argparse.Namespace) -> Server:

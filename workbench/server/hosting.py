@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -223,6 +224,10 @@ class Server:
         self._metrics_socket: socket.socket | None = None
         self._metrics_port = 0
         self._metrics_uvicorn: uvicorn.Server | None = None
+        #: when the exit was asked for, plus ``exit_timeout_secs``: the exit's one deadline
+        self._exit_deadline: float | None = None
+        #: False when the last exit ran past ``exit_timeout_secs`` (what still ran was ended)
+        self.stopped_in_time = True
         self._metrics_task: asyncio.Task[None] | None = None
         self._grpc: GrpcFrontend | None = None
         self._grpc_port = 0
@@ -279,6 +284,7 @@ class Server:
         if self._thread is not None:
             raise UnavailableError("server already started")
         self._bind()
+        self._exit_deadline, self.stopped_in_time = None, True
         self._thread = threading.Thread(
             target=self._thread_main, name="workbench-server", daemon=True
         )
@@ -299,7 +305,7 @@ class Server:
         if thread is None:
             return
         if self.loop is not None and self._http is not None:
-            self.loop.call_soon_threadsafe(self._http.request_exit)
+            self.loop.call_soon_threadsafe(self._request_exit_quietly)
         thread.join(timeout_s if timeout_s is not None else self.options.exit_timeout_secs + 30)
         self._thread = None
 
@@ -369,9 +375,13 @@ class Server:
         self._socket = self._metrics_socket = None
 
     # -- foreground hosting --------------------------------------------------------------------
-    def serve_forever(self) -> None:
-        """Serve in the calling (main) thread; SIGINT/SIGTERM drain requests, then exit."""
+    def serve_forever(self) -> bool:
+        """Serve in the calling (main) thread; SIGINT/SIGTERM drain requests, then exit.
+
+        Returns whether everything stopped within ``exit_timeout_secs`` (else what still ran
+        was ended: tritonserver then exits 1, "Exit timeout expired. Exiting immediately.")."""
         self._bind()
+        self._exit_deadline, self.stopped_in_time = None, True
         loop = new_event_loop()
         self.loop = loop
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -381,11 +391,22 @@ class Server:
         finally:
             self._close_socket()
             loop.close()
+        return self.stopped_in_time
 
     def _request_exit(self) -> None:
         log.info("signal received: draining in-flight requests, then exiting")
+        self._request_exit_quietly()
+
+    def _request_exit_quietly(self) -> None:
+        if self._exit_deadline is None:  # one budget from here for every stage of the exit
+            self._exit_deadline = time.monotonic() + self.options.exit_timeout_secs
         if self._http is not None:
             self._http.request_exit()
+
+    def _exit_time_left(self) -> float:
+        if self._exit_deadline is None:
+            return self.options.exit_timeout_secs
+        return max(0.0, self._exit_deadline - time.monotonic())
 
     async def _serve(self) -> None:
         core = InferenceCore(self.model_repository, self.options.core)
@@ -421,7 +442,7 @@ class Server:
             await self._http.serve()
         finally:
             await self._stop_frontends(metrics)
-            await core.stop(self.options.exit_timeout_secs)
+            self.stopped_in_time = await core.stop(self._exit_time_left())
 
     def _metrics_config(self, app: Callable[..., Any]) -> uvicorn.Config:
         return uvicorn.Config(
@@ -458,7 +479,7 @@ class Server:
     async def _stop_frontends(self, metrics: MetricsService | None) -> None:
         """After HTTP has drained: gRPC drains for the same grace period, metrics stop last."""
         if self._grpc is not None:
-            await self._grpc.stop(self.options.exit_timeout_secs)
+            await self._grpc.stop(self._exit_time_left())
             self._grpc = None
         if self._metrics_uvicorn is not None and self._metrics_task is not None:
             self._metrics_uvicorn.should_exit = True

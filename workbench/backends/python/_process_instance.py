@@ -187,7 +187,7 @@ class ProcessModelInstance:
     def _died(self, stub: StubProcess) -> None:
         """Handle the death of ``stub`` once: fail its open streams, restart in background."""
         with self._lock:
-            if stub is not self._stub or self._closing:
+            if stub is not self._stub or self._closing or stub.abandoned:
                 return
             self._stub = None
             restart = threading.Thread(

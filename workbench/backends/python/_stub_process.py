@@ -111,6 +111,26 @@ class StubGone(ChannelClosed):
     """The stub was dead before a call reached it: nothing was in flight."""
 
 
+#: every stub process still running, so that an exit past its deadline can end them all
+_LIVE: weakref.WeakSet[StubProcess] = weakref.WeakSet()
+
+
+def kill_all_stubs(reason: str) -> int:
+    """Kill every stub process still running (the server exits past its deadline: no
+    ``finalize`` is waited for, as tritonserver exits and leaves its stubs to end); returns
+    how many were killed."""
+    killed = 0
+    for stub in list(_LIVE):
+        stub.abandoned = True  # its instance must not start another one
+        if stub.proc.poll() is None:
+            _log.warning(
+                "stub process '%s' (pid %d) killed: %s", stub.launch.instance_name, stub.pid, reason
+            )
+            killed += 1
+        stub.kill()
+    return killed
+
+
 class StubProcess:
     """One child process running one model instance."""
 
@@ -127,6 +147,8 @@ class StubProcess:
         self._open: dict[int, ExecRequest] = {}
         self._open_lock = threading.Lock()
         self._stopping = False
+        #: killed because the server exits past its deadline: not to be restarted
+        self.abandoned = False
         #: the owner of the custom metrics this stub creates (they end with it)
         self.metrics_owner = object()
         self._reader: threading.Thread | None = None
@@ -153,6 +175,7 @@ class StubProcess:
         self._to_stub = BlockWriter(Region(to_stub))
         self._from_stub = Region(from_stub)
         self.channel = Channel(ours, self._route, alive=self.alive)
+        _LIVE.add(self)
 
     @property
     def pid(self) -> int:
