@@ -92,11 +92,15 @@ USUAL: dict[str, tuple[dict[str, Any], tuple[np.ndarray, ...]]] = {
     ),
     "no outputs listed": ({"inputs": [binary_input("A", INT64, "INT64")]}, (INT64,)),
     "empty tensor": ({"inputs": [binary_input("E", EMPTY, "INT32")], "outputs": []}, (EMPTY,)),
-    "duplicate input": (
-        {"inputs": [binary_input("A", INT64, "INT64"), binary_input("A", BOOL, "BOOL")]},
-        (INT64, BOOL),
-    ),
 }
+
+
+def test_an_input_named_twice_is_not_planned_and_is_refused_as_triton_does() -> None:
+    header = {"inputs": [binary_input("A", INT64, "INT64"), binary_input("A", BOOL, "BOOL")]}
+    body, length = body_of(header, INT64, BOOL)
+    assert make_plan(json.loads(body[:length])) is None
+    with pytest.raises(InvalidArgumentError, match=r"^\[request id: <id_unknown>\] input 'A' "):
+        request_codec.decode_infer_request(body, length, "m", "2")
 
 
 @pytest.mark.parametrize("case", USUAL)

@@ -362,7 +362,12 @@ class InferenceCore:
                 f"failed to load '{name}', model file uploads ('file:' load parameters) are "
                 "disabled on this server (--allow-model-upload=false)"
             )
-        override = cfg.from_json(config_json) if config_json else None
+        try:
+            override = cfg.from_json(config_json) if config_json else None
+        except ConfigError as exc:
+            # Triton's answer names no reason ("failed to poll"): the log says what is wrong.
+            log.warning("failed to load '%s': %s", name, exc)
+            raise load_error(name, exc) from exc
         if files and override is None:
             raise InvalidArgumentError(
                 f"failed to load '{name}': a 'config' parameter is required when 'file:' "

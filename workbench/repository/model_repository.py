@@ -116,7 +116,9 @@ class ModelRepository:
         """
         path = config_path_at(model_dir, config_name=config_name)
         try:
-            text = path.read_text(encoding="utf-8")
+            # Bytes that are not UTF-8 pass through (protobuf's C++ parser in Triton skips them
+            # in comments); inside a value they fail the parse with its line and column.
+            text = path.read_bytes().decode("utf-8", errors="surrogateescape")
         except FileNotFoundError:
             return None
         return _parse(text, str(path))

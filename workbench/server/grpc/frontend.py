@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
 
 from workbench.core.inference_core import InferenceCore
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES
 from workbench.server.grpc.restriction import RestrictionInterceptor
 from workbench.server.grpc.service import InferenceService
+from workbench.server.grpc.unparsable import add_service
 from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
 
@@ -84,7 +84,7 @@ class GrpcFrontend:
             if self.options.restrictions
             else None,
         )
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(self.service, server)
+        add_service(self.service, server)
         target = _target(self.options.address, self.options.port)
         try:
             port = server.add_insecure_port(target)

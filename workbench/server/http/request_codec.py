@@ -168,6 +168,10 @@ def _decode_inputs(
         if not isinstance(spec, dict):
             raise access_error("inputs", "non-object as object")
         tensor, offset = _decode_input(spec, view, offset, req)
+        if tensor.name in req.inputs:  # Triton's core refuses it when it adds the input
+            raise InvalidArgumentError(
+                f"{request_prefix(req.id)}input '{tensor.name}' already exists in request"
+            )
         req.inputs[tensor.name] = tensor
     return offset
 

@@ -115,7 +115,9 @@ def _inputs(specs: Any) -> tuple[_Input, ...] | None:
     if type(specs) is not list:
         return None
     inputs = tuple(_input(spec) for spec in specs)
-    return None if None in inputs else inputs  # type: ignore[return-value]
+    if None in inputs or len({spec[0] for spec in inputs if spec}) != len(inputs):
+        return None  # the full decoder says what is wrong (e.g. an input named twice)
+    return inputs  # type: ignore[return-value]
 
 
 def _input(spec: Any) -> _Input | None:

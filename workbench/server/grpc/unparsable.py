@@ -1,0 +1,77 @@
+"""Requests whose bytes are not the RPC's protobuf message get Triton's answer.
+
+tritonserver 2.51 answers such a call with ``INTERNAL`` "Unable to parse request" (checked
+side by side in ``tests/security/test_bad_requests.py``). grpc.aio, when a deserializer raises,
+answers ``UNKNOWN`` "Unexpected <class '...DecodeError'>: Error parsing message" instead. So the
+service is registered with deserializers that turn a ``DecodeError`` into a marker, and each
+unary behaviour answers the marker with Triton's status before the servicer sees it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2_grpc
+
+SERVICE = "inference.GRPCInferenceService"
+UNPARSABLE_MESSAGE = "Unable to parse request"
+#: what a deserializer returns for bytes that are not its message
+UNPARSABLE = object()
+
+
+class _Capture:
+    """Stands in for the server while the generated code registers its handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, _handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, _service: str, handlers: dict[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def add_service(servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server: Any) -> None:
+    """``add_GRPCInferenceServiceServicer_to_server``, answering unparsable requests as Triton."""
+    capture = _Capture()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
+    handlers = {name: _guarded(handler) for name, handler in capture.handlers.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+
+
+def _guarded(handler: Any) -> Any:
+    if handler.unary_unary is None:  # streams: grpc's own answer (not compared with Triton)
+        return handler
+    return handler._replace(
+        request_deserializer=_tolerant(handler.request_deserializer),
+        unary_unary=_answering_unparsable(handler.unary_unary),
+    )
+
+
+def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return UNPARSABLE
+
+    return parse
+
+
+def _answering_unparsable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request is UNPARSABLE:
+            await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
+        result = behavior(request, context)
+        return await result if inspect.isawaitable(result) else result
+
+    return answer
+
+
+__all__ = ["UNPARSABLE_MESSAGE", "add_service"]
