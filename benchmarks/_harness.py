@@ -287,8 +287,10 @@ class WorkbenchServerProcess:
         log_path: Path,
         load_models: Sequence[str],
         startup_timeout_s: float = 60.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.repository = repository
+        self.extra_args = tuple(extra_args)
         self.log_path = log_path
         self.load_models = tuple(load_models)
         self.startup_timeout_s = startup_timeout_s
@@ -316,7 +318,7 @@ class WorkbenchServerProcess:
         ]  # fmt: skip
         for name in self.load_models:
             command += ["--load-model", name]
-        return command
+        return command + list(self.extra_args)
 
     def start(self) -> None:
         started = time.monotonic()
@@ -351,10 +353,10 @@ class WorkbenchServerProcess:
 
 @contextlib.contextmanager
 def workbench_server(
-    repository: Path, log_path: Path, load_models: Sequence[str]
+    repository: Path, log_path: Path, load_models: Sequence[str], extra_args: Sequence[str] = ()
 ) -> Iterator[WorkbenchServerProcess]:
     """A started :class:`WorkbenchServerProcess`, stopped on exit whatever happens."""
-    server = WorkbenchServerProcess(repository, log_path, load_models)
+    server = WorkbenchServerProcess(repository, log_path, load_models, extra_args=extra_args)
     try:
         server.start()
         yield server

@@ -38,6 +38,10 @@ _ALIGN = 64
 INITIAL_SIZE = 1 << 20
 #: tensors from this size up are read in place; smaller ones are copied out
 IN_PLACE_BYTES = 64 * 1024
+#: a freed block this large gives its pages back to the system (see ``Region.free``)
+RELEASE_BYTES = 4 << 20
+_PAGE = mmap.PAGESIZE
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared file's pages
 
 #: one tensor in a block: (name, datatype, shape, numpy dtype string, offset, nbytes)
 TensorDesc = tuple[str, str, tuple[int, ...], str, int, int]
@@ -95,18 +99,29 @@ class Region:
         self.view = memoryview(self.map)
         self.size = size
 
-    def free(self, block: int) -> None:
-        """Mark ``block`` free: its writer may reuse the space."""
-        if block >= 0:
-            self.map[block] = 0
+    def free(self, block: int, end: int = 0) -> None:
+        """Mark ``block`` free: its writer may reuse the space.
 
-    def free_when_unused(self, block: int, lease: Any) -> None:
+        A large block (``end``: where its data ends) first gives its pages back: a region grows
+        to the largest message it carried and never shrinks, so without this one 1 GiB tensor
+        would keep 1 GiB resident in both processes. It happens before the block is marked
+        free, while the writer cannot reuse the space; the file keeps its size.
+        """
+        if block < 0:
+            return
+        start = -(-(block + _HEADER) // _PAGE) * _PAGE
+        if _MADV_REMOVE is not None and end - start >= RELEASE_BYTES:
+            length = (end - start) // _PAGE * _PAGE
+            self.map.madvise(_MADV_REMOVE, start, length)
+        self.map[block] = 0
+
+    def free_when_unused(self, block: int, lease: Any, end: int = 0) -> None:
         """Free ``block`` once ``lease`` (the buffer arrays view it through) is collected."""
-        self._leases[block] = weakref.ref(lease, functools.partial(self._release, block))
+        self._leases[block] = weakref.ref(lease, functools.partial(self._release, block, end))
 
-    def _release(self, block: int, _: Any) -> None:
+    def _release(self, block: int, end: int, _: Any) -> None:
         self._leases.pop(block, None)
-        self.free(block)
+        self.free(block, end)
 
 
 class BlockWriter:
@@ -248,5 +263,5 @@ def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any
     if lease is None:
         region.map[block] = 0  # free: every array is a copy
     else:
-        region.free_when_unused(block, lease)
+        region.free_when_unused(block, lease, end)
     return arrays
