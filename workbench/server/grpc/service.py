@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from workbench.core.inference_core import InferenceCore
 from workbench.server.grpc import control
+from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.grpc.aborts import abort, aborts_on_error
 from workbench.server.grpc.inference import InferHandler
 from workbench.server.grpc.parameters import model_version
@@ -97,6 +98,8 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         response = await self._infer(request)
         if self.compression is not None:
             context.set_compression(self.compression)
+        if sum(len(raw) for raw in request.raw_input_contents) >= TRIM_AFTER_BYTES:
+            trim_after_reply()
         return response
 
     async def ModelStreamInfer(
