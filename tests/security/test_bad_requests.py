@@ -78,9 +78,9 @@ def _grpc(target: str, method: str, payload: Any, *, raw: bool = False) -> tuple
     return "OK", ""
 
 
-def _infer_message(raw_contents: int) -> pb.ModelInferRequest:
+def _infer_message(raw_contents: int, shape: tuple[int, ...] = (1, 16)) -> pb.ModelInferRequest:
     message = pb.ModelInferRequest(model_name="add_one")
-    message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
     message.raw_input_contents.extend([np.ones(16, np.float32).tobytes()] * raw_contents)
     return message
 
@@ -89,6 +89,9 @@ GRPC_CASES = {
     "not_a_protobuf_message": ("ModelInfer", b"\xff\xff\xff", True),
     "more_raw_contents_than_inputs": ("ModelInfer", _infer_message(2), False),
     "no_raw_contents": ("ModelInfer", _infer_message(0), False),
+    "two_unspecified_dims": ("ModelInfer", _infer_message(1, (-1, -1)), False),
+    "a_negative_dim": ("ModelInfer", _infer_message(1, (1, -16)), False),
+    "a_negative_batch": ("ModelInfer", _infer_message(1, (-1, 16)), False),
     "load_config_not_json": (
         "RepositoryModelLoad",
         pb.RepositoryModelLoadRequest(

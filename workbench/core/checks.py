@@ -6,6 +6,7 @@ them carry over.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -66,7 +67,10 @@ class RequestChecker:
             if request.inputs.keys() != self._names:
                 self._check_names(request)
             batch = 0
+            declared = request.declared_shapes
             for tensor in request.inputs.values():
+                if declared and tensor.name in declared:
+                    self._refuse_declared(tensor, *declared[tensor.name], batch)
                 batch = self._check_tensor(tensor, batch)
         except _UnprefixedError:
             raise
@@ -104,30 +108,70 @@ class RequestChecker:
         )
 
     def _check_tensor(self, tensor: Tensor, batch: int) -> int:
+        self._check_type(tensor)
+        shape = tensor.shape
+        dims = self._dims[tensor.name]
+        if self.max_batch_size > 0:
+            if not shape:
+                raise self._no_batch_dim(tensor.name)
+            batch = self._check_batch(tensor.name, shape[0], batch)
+            shape = shape[1:]
+        if shape != dims and not _matches(shape, dims):
+            raise self._shape_error(tensor.name, tensor.shape)
+        return batch
+
+    def _check_type(self, tensor: Tensor) -> None:
         expected = self._wire[tensor.name]
         if tensor.datatype != expected:
             raise InvalidArgumentError(
                 f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
                 f"but model '{self.model}' expects '{expected}'"
             )
-        shape = tensor.shape
-        dims = self._dims[tensor.name]
+
+    def _refuse_declared(
+        self, tensor: Tensor, shape: tuple[int, ...], received: int, batch: int
+    ) -> None:
+        """A shape with negative dims, in Triton's order: type, batch, the shape against the
+        config (a -1 on either side matches anything), then -1s, then the byte size."""
+        self._check_type(tensor)
+        rest = shape
         if self.max_batch_size > 0:
             if not shape:
-                raise InvalidArgumentError(
-                    f"inference input '{tensor.name}' for model '{self.model}' has no batch "
-                    "dimension but the model supports batching (max_batch_size > 0)"
-                )
-            batch = self._check_batch(tensor.name, shape[0], batch)
-            shape = shape[1:]
-        if shape != dims and not _matches(shape, dims):
-            full = [-1, *dims] if self.max_batch_size > 0 else list(dims)
+                raise self._no_batch_dim(tensor.name)
+            if shape[0] != -1:
+                self._check_batch(tensor.name, shape[0], batch)
+            rest = shape[1:]
+        dims = self._dims[tensor.name]
+        fits = len(rest) == len(dims) and all(
+            -1 in (got, want) or got == want for got, want in zip(rest, dims, strict=True)
+        )
+        if not fits:
+            raise self._shape_error(tensor.name, shape)
+        if -1 in rest:  # a -1 batch passes here (Triton keeps the batch size as uint32) ...
             raise InvalidArgumentError(
-                f"unexpected shape for input '{tensor.name}' for model '{self.model}'. "
-                f"Expected {_shape_str(full)}, got {_shape_str(tensor.shape)}. "
-                + (_BATCH_NOTE if self.max_batch_size > 0 else "")
+                f"All input dimensions should be specified for input '{tensor.name}' for "
+                f"model '{self.model}', got {_shape_str(shape)}"
             )
-        return batch
+        sized = [shape[0] % (1 << 32), *rest] if self.max_batch_size > 0 else list(shape)
+        raise InvalidArgumentError(  # ... and wraps into its byte size
+            f"input byte size mismatch for input '{tensor.name}' for model '{self.model}'. "
+            f"Expected {math.prod(sized) * tensor.array.dtype.itemsize}, got {received}"
+        )
+
+    def _no_batch_dim(self, name: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"inference input '{name}' for model '{self.model}' has no batch "
+            "dimension but the model supports batching (max_batch_size > 0)"
+        )
+
+    def _shape_error(self, name: str, shape: Sequence[int]) -> InvalidArgumentError:
+        dims = self._dims[name]
+        full = [-1, *dims] if self.max_batch_size > 0 else list(dims)
+        return InvalidArgumentError(
+            f"unexpected shape for input '{name}' for model '{self.model}'. "
+            f"Expected {_shape_str(full)}, got {_shape_str(shape)}. "
+            + (_BATCH_NOTE if self.max_batch_size > 0 else "")
+        )
 
     def _check_batch(self, name: str, size: int, batch: int) -> int:
         if size < 1 or size > self.max_batch_size:

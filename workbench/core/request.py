@@ -26,6 +26,10 @@ class InferRequest:
     parameters: Parameters = field(default_factory=dict)
     #: set by the core for decoupled models (see ``workbench.backends.base.ResponseSender``)
     respond: ResponseSender | None = None
+    #: inputs whose shape has negative dims (gRPC raw contents can say so; no array can hold
+    #: it): name -> (shape, bytes received). Their tensors are empty; the checks refuse them
+    #: with Triton's message for that shape.
+    declared_shapes: dict[str, tuple[tuple[int, ...], int]] | None = None
 
 
 @dataclass(slots=True)

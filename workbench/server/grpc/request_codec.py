@@ -109,6 +109,11 @@ def _raw_array(chunk: memoryview, spec: InputTensor, request: InferRequest) -> n
     prefix = request_prefix(request.id)
     if datatype == "<invalid>":
         return np.empty(0, dtype=np.uint8)
+    if any(dim < 0 for dim in shape):
+        # No array has this shape: the core refuses it with Triton's message for it.
+        declared = request.declared_shapes = request.declared_shapes or {}
+        declared[spec.name] = (shape, len(chunk))
+        return np.empty(0, dtype=np.uint8 if datatype == "BYTES" else WIRE_TO_NUMPY[datatype])
     if datatype == "BYTES":
         return deserialize_bytes(chunk, shape, prefix, spec.name, request.model_name)
     return tensor_from_buffer(chunk, datatype, shape, prefix, spec.name, request.model_name)
