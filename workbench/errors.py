@@ -12,6 +12,8 @@ class WorkbenchError(Exception):
 
     #: Triton's error code name (``TRITONSERVER_ERROR_<code>``).
     code: str = "UNKNOWN"
+    #: the HTTP status of the server's reply, when the error is a server's answer
+    status: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

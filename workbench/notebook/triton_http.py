@@ -57,7 +57,9 @@ def server_error(exc: InferenceServerException) -> WorkbenchError:
     status = str(exc.status() or "")
     category = _STATUS_ERRORS.get(status, WorkbenchError)
     message = exc.message() or str(exc)
-    return category(f"[{status}] {message}" if status else message)
+    error = category(f"[{status}] {message}" if status else message)
+    error.status = int(status) if status.isdigit() else None
+    return error
 
 
 class TritonHttp:

@@ -23,6 +23,7 @@ from workbench.config import backend_name, parse_pbtxt, read_config
 from workbench.errors import NotFoundError, UnavailableError, WorkbenchError
 from workbench.notebook import tables
 from workbench.notebook.config_editor import ConfigEditor
+from workbench.notebook.explain import explained, infer_details
 from workbench.notebook.model_export import export_onnx, export_torch
 from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
@@ -195,8 +196,21 @@ class Workbench:
         outputs: Sequence[str] | None = None,
         version: str = "",
     ) -> dict[str, np.ndarray]:
-        """One inference; ``inputs`` maps names to arrays (lists and strings are accepted)."""
-        result = self.http.infer(name, inputs, outputs, version)
+        """One inference; ``inputs`` maps names to arrays (lists and strings are accepted).
+
+        A failure raises the server's error with what the model expects and a suggestion
+        where one is obvious (in a notebook: that short block, without library frames)."""
+        try:
+            result = self.http.infer(name, inputs, outputs, version)
+        except WorkbenchError as exc:
+            details = infer_details(
+                name,
+                inputs,
+                exc,
+                metadata=lambda: self.http.metadata(name, version),
+                model_names=lambda: [entry["name"] for entry in self.http.index()],
+            )
+            raise explained(exc, details) from None
         if not version:
             recent = self.history.setdefault(name, collections.deque(maxlen=HISTORY_LENGTH))
             recent.append(dict(inputs))
