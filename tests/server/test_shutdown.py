@@ -2,12 +2,15 @@
 
 ``--exit-timeout-secs`` bounds the whole exit: past it, the stub processes still running (a
 hung ``execute`` or ``finalize``) are killed, the log says which and Triton's "Exit timeout
-expired" line, and the process exits 1. An unload answers while a hung ``execute`` keeps the
-model ``UNLOADING``. The waits below are failure guards, not speed assertions.
+expired" line, and the process exits 1; a server ends only its own stubs, and a stub ends
+when its server is killed outright. An unload answers while a hung ``execute`` or
+``finalize`` keeps the model ``UNLOADING``. The waits below are failure guards, not speed
+assertions.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -17,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 import requests
 
+from workbench.backends.python import ProcessModelInstance
 from workbench.server.hosting import Server
 
 CONFIG = """
@@ -58,13 +63,18 @@ BODY = {"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [1]}]
 TRITON_EXIT_LINE = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    model = tmp_path / "repo" / "hang"
+def _write_repo(folder: Path) -> Path:
+    """A repository holding ``hang``, which hangs while marker files exist in ``folder``."""
+    model = folder / "repo" / "hang"
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(CONFIG)
-    (model / "1" / "model.py").write_text(MODEL.format(folder=str(tmp_path)))
-    return tmp_path / "repo"
+    (model / "1" / "model.py").write_text(MODEL.format(folder=str(folder)))
+    return folder / "repo"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return _write_repo(tmp_path)
 
 
 def _until(condition: Callable[[], bool], guard_s: float = 60.0) -> None:
@@ -97,43 +107,119 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("hang", ["execute", "finalize", None])
-def test_serve_exits_within_its_timeout_and_ends_hung_stubs(
-    repo: Path, tmp_path: Path, hang: str | None
-) -> None:
-    if hang is not None:
-        (tmp_path / f"hang_{hang}").touch()
-    port = _free_port()
-    log = tmp_path / "serve.log"
+def _serve(repo: Path, log: Path, port: int) -> subprocess.Popen[bytes]:
+    """``workbench serve`` on ``repo`` with a 2 s exit timeout (in a process group of its
+    own), once it is ready."""
     command = [
         *(sys.executable, "-m", "workbench", "serve", f"--model-repository={repo}"),
         *(f"--http-port={port}", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=2"),
     ]
     with log.open("wb") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    _until(lambda: _ready(f"http://127.0.0.1:{port}") or server.poll() is not None)
+    return server
+
+
+def _all_gone(processes: list[psutil.Process]) -> bool:
+    return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("hang", "signum"),
+    [
+        ("execute", signal.SIGTERM),
+        ("finalize", signal.SIGTERM),
+        ("finalize", signal.SIGINT),
+        (None, signal.SIGINT),
+    ],
+)
+def test_serve_exits_within_its_timeout_and_ends_hung_stubs(
+    repo: Path, tmp_path: Path, hang: str | None, signum: signal.Signals
+) -> None:
+    if hang is not None:
+        (tmp_path / f"hang_{hang}").touch()
+    port, log = _free_port(), tmp_path / "serve.log"
+    server = _serve(repo, log, port)
     try:
-        url = f"http://127.0.0.1:{port}"
-        _until(lambda: _ready(url) or server.poll() is not None)
         stubs = psutil.Process(server.pid).children(recursive=True)
         assert stubs, log.read_text()
         if hang == "execute":
-            _send_in_background(url)
+            _send_in_background(f"http://127.0.0.1:{port}")
             _until(lambda: (tmp_path / "executing").exists())
-        server.send_signal(signal.SIGTERM)
+        server.send_signal(signum)
         returncode = server.wait(timeout=90)
     finally:
         if server.poll() is None:
             server.kill()
     text = log.read_text()
-    _until(lambda: not any(s.is_running() and s.status() != psutil.STATUS_ZOMBIE for s in stubs))
+    _until(lambda: _all_gone(stubs))
     if hang is None:
         assert returncode == 0 and (tmp_path / "finalized").exists(), text
         assert "killed" not in text
     else:
         assert returncode == 1, text
-        assert "stub process 'hang_0'" in text and "killed: the exit timeout expired" in text
+        killed = f"stub process 'hang_0' (pid {stubs[0].pid}) killed: the exit timeout expired"
+        assert killed in text
         assert TRITON_EXIT_LINE in text and "will be restarted" not in text
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_whole_process_group_still_finalizes_the_models(
+    repo: Path, tmp_path: Path
+) -> None:
+    # a service manager (systemd's default) signals every process of the service: the stubs
+    # ignore it, as Triton's do, and the server finalizes them
+    log = tmp_path / "serve.log"
+    server = _serve(repo, log, _free_port())
+    try:
+        stubs = psutil.Process(server.pid).children(recursive=True)
+        os.killpg(server.pid, signal.SIGTERM)  # its own group (start_new_session)
+        returncode = server.wait(timeout=90)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    text = log.read_text()
+    assert returncode == 0 and (tmp_path / "finalized").exists(), text
+    assert "unhealthy" not in text and "killed" not in text
+    _until(lambda: _all_gone(stubs))
+
+
+@pytest.mark.integration
+def test_a_stub_hung_in_execute_ends_when_its_server_is_killed(repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "hang_execute").touch()
+    port, log = _free_port(), tmp_path / "serve.log"
+    server = _serve(repo, log, port)
+    try:
+        stubs = psutil.Process(server.pid).children(recursive=True)
+        assert stubs, log.read_text()
+        _send_in_background(f"http://127.0.0.1:{port}")
+        _until(lambda: (tmp_path / "executing").exists())
+    finally:
+        server.kill()  # no exit at all: the stub notices on its own, as Triton's does
+        server.wait(timeout=60)
+    _until(lambda: _all_gone(stubs))
+    assert "Non-graceful termination detected." in log.read_text()
+
+
+@pytest.mark.integration
+def test_an_exit_past_its_deadline_ends_only_that_servers_stubs(tmp_path: Path) -> None:
+    (tmp_path / "a" / "hang_finalize").parent.mkdir()
+    (tmp_path / "a" / "hang_finalize").touch()
+    options: dict[str, Any] = {"http_port": 0, "grpc_port": 0, "metrics_port": 0}
+    with Server(_write_repo(tmp_path / "b"), **options) as other:
+        other_stubs = psutil.Process().children()
+        hung = Server(_write_repo(tmp_path / "a"), exit_timeout_secs=1, **options).start()
+        [stub] = [p for p in psutil.Process().children() if p not in other_stubs]
+        hung.stop(timeout_s=60)
+        assert not hung.running and not hung.stopped_in_time
+        _until(lambda: _all_gone([stub]))
+        assert all(p.is_running() for p in other_stubs)
+        reply = requests.post(f"{other.url}/v2/models/hang/infer", json=BODY, timeout=30)
+        assert reply.status_code == 200, reply.text
+    assert other.stopped_in_time and (tmp_path / "b" / "finalized").exists()
 
 
 @pytest.mark.integration
@@ -157,3 +243,40 @@ def test_unload_of_a_hung_model_answers_and_leaves_it_unloading(repo: Path, tmp_
 def _index(url: str) -> list[dict[str, str]]:
     reply = requests.post(f"{url}/v2/repository/index", json={}, timeout=5)
     return list(reply.json())
+
+
+def _explicit(repo: Path) -> Server:
+    return Server(repo, http_port=0, grpc_port=0, metrics_port=0, model_control_mode="explicit",
+                  load_model=["hang"])  # fmt: skip
+
+
+@pytest.mark.integration
+def test_unload_while_finalize_hangs_leaves_the_model_unloading_until_it_returns(
+    repo: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "hang_finalize").touch()
+    with _explicit(repo) as server:
+        reply = requests.post(f"{server.url}/v2/repository/models/hang/unload", timeout=30)
+        assert (reply.status_code, reply.content) == (200, b"")
+        assert requests.get(f"{server.url}/v2/models/hang/ready", timeout=5).status_code == 400
+        assert _index(server.url) == [{"name": "hang", "version": "1", "state": "UNLOADING"}]
+        os.remove(tmp_path / "hang_finalize")
+        _until(lambda: (tmp_path / "finalized").exists())
+        _until(lambda: _index(server.url)[0]["state"] == "UNAVAILABLE")
+
+
+@pytest.mark.integration
+def test_unload_kills_a_stub_whose_finalize_outlives_its_bound(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Triton waits for ``finalize`` without a bound; ours is 30 s (shortened here)
+    monkeypatch.setattr(ProcessModelInstance, "finalize_timeout_s", 0.5)
+    (tmp_path / "hang_finalize").touch()
+    with _explicit(repo) as server, caplog.at_level(logging.WARNING):
+        [stub] = psutil.Process().children()
+        requests.post(f"{server.url}/v2/repository/models/hang/unload", timeout=30)
+        _until(lambda: _index(server.url)[0]["state"] == "UNAVAILABLE")
+        _until(lambda: _all_gone([stub]))
+    killed = f"stub process 'hang_0' (pid {stub.pid}) killed: finalize did not return within 0.5 s"
+    assert killed in caplog.text
+    assert server.stopped_in_time and not (tmp_path / "finalized").exists()

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Parameters, Tensor
+from workbench.backends.exit_deadline import ExitDeadline
 from workbench.errors import WorkbenchError
 
 
@@ -85,6 +86,8 @@ class InstanceContext:
     device_id: int = 0
     #: set by the core so that python models can issue BLS requests
     client: InferenceClient | None = None
+    #: the server's exit deadline: bounds ``close`` during the exit, ends processes past it
+    exit_deadline: ExitDeadline = field(default_factory=ExitDeadline)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

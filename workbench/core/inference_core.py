@@ -18,7 +18,6 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
 from workbench._types import Parameters, StrPath, Tensor
-from workbench.backends.python import kill_all_stubs
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
 from workbench.core.model import BackendModel, model_metadata, one_response
@@ -167,18 +166,21 @@ class InferenceCore:
         """Stop accepting work, let in-flight requests finish and unload everything within
         ``timeout_s``; past it, end the stub processes still running (a hung ``execute`` or
         ``finalize``) without waiting. Returns whether everything stopped in time."""
+        deadline = self.models.options.exit_deadline
+        deadline.start(timeout_s)  # also bounds each instance's wait for ``finalize``
         self._stopping = True
         if self._poll_task is not None:
             self._poll_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poll_task
-        clean = True
         try:
             await asyncio.wait_for(self.models.unload_all(), max(timeout_s, 0.0))
+            # an instance whose ``finalize`` hung was ended at the deadline by its ``close``
+            clean = not deadline.passed()
         except asyncio.TimeoutError:
             clean = False
             log.warning("models did not stop within the exit timeout; ending what still runs")
-            kill_all_stubs("the exit timeout expired")
+            deadline.expire("the exit timeout expired")
         self.models.discard_overrides()  # also when the unload above ran out of time
         return clean
 

@@ -20,6 +20,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench import config as cfg
 from workbench.backends import backend_for, get_backend
 from workbench.backends.base import InferenceClient, InstanceContext
+from workbench.backends.exit_deadline import ExitDeadline
 from workbench.core.ensemble import EnsembleModel, composing_models
 from workbench.core.ensemble_validation import ComposingModel, load_problems
 from workbench.core.instances import InstancePool
@@ -91,6 +92,8 @@ class LoadOptions:
     #: the server's response cache (``--cache-config``), if any
     cache: ResponseCache | None = None
     gpu_count: int = 0
+    #: server-wide: started when the server exits (``--exit-timeout-secs``)
+    exit_deadline: ExitDeadline = field(default_factory=ExitDeadline)
 
 
 class ModelManager:
@@ -355,6 +358,7 @@ class ModelManager:
                     kind=kind,
                     device_id=device,
                     client=self._client(),
+                    exit_deadline=self.options.exit_deadline,
                 )
                 instances.append((context, needs))
         return instances

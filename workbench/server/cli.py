@@ -91,7 +91,9 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "--exit-timeout-secs",
         type=float,
         default=30.0,
-        help="on SIGTERM/SIGINT, how long requests in flight may finish",
+        help="on SIGTERM/SIGINT, the time for the whole exit (draining requests in flight, "
+        "unloading models, their finalize); past it, python model stubs still running are "
+        "killed and the exit status is 1",
     )
     flag(
         "--http-max-input-size",

@@ -10,7 +10,6 @@ from workbench.backends.python._metric_registry import (
     MetricKind,
 )
 from workbench.backends.python._process_instance import ProcessModelInstance
-from workbench.backends.python._stub_process import kill_all_stubs
 from workbench.backends.python.backend import PythonBackend, PythonModelInstance
 
 __all__ = [
@@ -20,5 +19,4 @@ __all__ = [
     "ProcessModelInstance",
     "PythonBackend",
     "PythonModelInstance",
-    "kill_all_stubs",
 ]

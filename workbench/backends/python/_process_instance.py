@@ -5,7 +5,9 @@ models really use two cores, and a model that crashes (segfault, ``os._exit``, k
 only the requests it had in flight, with Triton's "Stub process '<instance>' is not healthy."
 The stub is then started again in the background (``initialize`` runs again) and later requests
 wait for it, while the server and the other models carry on. ``close`` never waits on the
-child without a bound: ``finalize`` gets ``finalize_timeout_s``, then the child is killed.
+child without a bound: ``finalize`` gets ``finalize_timeout_s`` (tritonserver waits for it
+without one), then the child is killed; while the server exits, every wait also ends at its
+exit deadline (``launch.exit_deadline``, docs/shutdown-facts.md).
 """
 
 from __future__ import annotations
@@ -234,7 +236,7 @@ class ProcessModelInstance:
         if starting is not None:
             starting.kill()
         if restart is not None:
-            restart.join(timeout=self.exit_timeout_s)
+            restart.join(timeout=self.launch.exit_deadline.remaining(self.exit_timeout_s))
         if stub is not None:
             stub.shutdown(self.finalize_timeout_s, self.exit_timeout_s)
             stub.fail_open(UnavailableError(f"model instance '{self.launch.instance_name}' closed"))

@@ -21,12 +21,13 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import workbench
 from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
+from workbench.backends.exit_deadline import ExitDeadline
 from workbench.backends.python._channel import Channel, ChannelClosed, Message
 from workbench.backends.python._loader import ADDED_PATHS
 from workbench.backends.python._loop_reader import LoopReader
@@ -62,6 +63,8 @@ class StubLaunch:
     #: what ``initialize(args)`` receives
     args: dict[str, str]
     client: InferenceClient | None
+    #: the server's: bounds the wait for ``finalize`` at exit, and kills the stub past it
+    exit_deadline: ExitDeadline = field(default_factory=ExitDeadline)
 
 
 def unhealthy(instance_name: str) -> InternalError:
@@ -111,26 +114,6 @@ class StubGone(ChannelClosed):
     """The stub was dead before a call reached it: nothing was in flight."""
 
 
-#: every stub process still running, so that an exit past its deadline can end them all
-_LIVE: weakref.WeakSet[StubProcess] = weakref.WeakSet()
-
-
-def kill_all_stubs(reason: str) -> int:
-    """Kill every stub process still running (the server exits past its deadline: no
-    ``finalize`` is waited for, as tritonserver exits and leaves its stubs to end); returns
-    how many were killed."""
-    killed = 0
-    for stub in list(_LIVE):
-        stub.abandoned = True  # its instance must not start another one
-        if stub.proc.poll() is None:
-            _log.warning(
-                "stub process '%s' (pid %d) killed: %s", stub.launch.instance_name, stub.pid, reason
-            )
-            killed += 1
-        stub.kill()
-    return killed
-
-
 class StubProcess:
     """One child process running one model instance."""
 
@@ -147,8 +130,9 @@ class StubProcess:
         self._open: dict[int, ExecRequest] = {}
         self._open_lock = threading.Lock()
         self._stopping = False
-        #: killed because the server exits past its deadline: not to be restarted
+        #: ended on purpose (``end``: the exit ran out of time): not to be restarted
         self.abandoned = False
+        self._end_lock = threading.Lock()
         #: the owner of the custom metrics this stub creates (they end with it)
         self.metrics_owner = object()
         self._reader: threading.Thread | None = None
@@ -175,7 +159,7 @@ class StubProcess:
         self._to_stub = BlockWriter(Region(to_stub))
         self._from_stub = Region(from_stub)
         self.channel = Channel(ours, self._route, alive=self.alive)
-        _LIVE.add(self)
+        launch.exit_deadline.watch(self)
 
     @property
     def pid(self) -> int:
@@ -415,26 +399,37 @@ class StubProcess:
                 request.respond(ExecResult(error=error), True)
 
     def shutdown(self, finalize_timeout_s: float, exit_timeout_s: float) -> None:
-        """Ask the child to ``finalize`` and exit; kill it when a bounded wait runs out."""
+        """Ask the child to ``finalize`` and exit; kill it when a bounded wait runs out.
+
+        Once the server exits, both waits end at its exit deadline at the latest."""
         self._stopping = True
         if self._loop_reader is not None:
             self._loop_reader.detach()  # this thread reads the answer (the loop may be gone)
+        deadline = self.launch.exit_deadline
+        wait_s = deadline.remaining(finalize_timeout_s)
         key = next(self._keys)
         try:
             self.channel.send((FINALIZE, key))
-            self.channel.wait(key, timeout_s=finalize_timeout_s)
+            self.channel.wait(key, timeout_s=wait_s)
         except TimeoutError:
-            _log.warning(
-                "stub process '%s' (pid %d) did not finalize within %.1f s; killing it",
-                self.launch.instance_name,
-                self.pid,
-                finalize_timeout_s,
-            )
+            late = f"finalize did not return within {wait_s:.1f} s"
+            self.end("the exit timeout expired" if wait_s < finalize_timeout_s else late)
+            return
         except ChannelClosed:
             pass
         else:  # finalized: it exits on its own
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=exit_timeout_s)
+                self.proc.wait(timeout=deadline.remaining(exit_timeout_s))
+        self.kill()
+
+    def end(self, reason: str) -> None:
+        """Kill the child now, saying why in the log; its instance will not start another."""
+        with self._end_lock:
+            first, self.abandoned = not self.abandoned, True
+        if first and self.proc.poll() is None:
+            _log.warning(
+                "stub process '%s' (pid %d) killed: %s", self.launch.instance_name, self.pid, reason
+            )
         self.kill()
 
     def kill(self) -> None:

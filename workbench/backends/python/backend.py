@@ -86,6 +86,7 @@ class PythonBackend:
             spec=ModelSpec.of(context.config),
             args=initialize_args(context),
             client=context.client,
+            exit_deadline=context.exit_deadline,
         )
         instance = ProcessModelInstance(launch)
         instance.start()

@@ -17,6 +17,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Hashable, Sequence
 from pathlib import Path
@@ -245,11 +247,31 @@ def _forward_logs(channel: Channel) -> None:
     logging.getLogger("workbench.python_model").setLevel(logging.DEBUG)
 
 
+def _exit_with_the_server(server_pid: int) -> None:
+    """Exit once the server is gone, even while ``execute`` or ``finalize`` hangs: a server
+    killed outright (SIGKILL, a kernel restart) leaves no stub behind. Triton's stub checks
+    its parent every 300 ms the same way (``pb_stub.cc``, "Non-graceful termination")."""
+    while os.getppid() == server_pid:
+        time.sleep(0.3)
+    print("Non-graceful termination detected.", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM: the server decides when a stub stops (Triton's stub ignores both,
+    ``SignalHandler`` in ``pb_stub.cc``). A handler rather than SIG_IGN, so that processes the
+    model starts can still be stopped with them."""
+
+
 def main(argv: Sequence[str]) -> int:
     """Run the stub; returns the exit status."""
     sock_fd, inbound_fd, outbound_fd = (int(arg) for arg in argv[:3])
-    # Ctrl-C in a terminal reaches the whole process group: the server decides when we stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in a terminal, or a service manager's SIGTERM, reaches the whole process group
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _ignore)
+    threading.Thread(
+        target=_exit_with_the_server, args=(os.getppid(),), name="server-watch", daemon=True
+    ).start()
     for fd in (sock_fd, inbound_fd, outbound_fd):
         os.set_inheritable(fd, False)
     stub = Stub(socket.socket(fileno=sock_fd), Region(inbound_fd), Region(outbound_fd))
