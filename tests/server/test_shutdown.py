@@ -272,8 +272,9 @@ def test_unload_kills_a_stub_whose_finalize_outlives_its_bound(
     # Triton waits for ``finalize`` without a bound; ours is 30 s (shortened here)
     monkeypatch.setattr(ProcessModelInstance, "finalize_timeout_s", 0.5)
     (tmp_path / "hang_finalize").touch()
+    others = set(psutil.Process().children())  # e.g. a real tritonserver of another module
     with _explicit(repo) as server, caplog.at_level(logging.WARNING):
-        [stub] = psutil.Process().children()
+        [stub] = set(psutil.Process().children()) - others
         requests.post(f"{server.url}/v2/repository/models/hang/unload", timeout=30)
         _until(lambda: _index(server.url)[0]["state"] == "UNAVAILABLE")
         _until(lambda: _all_gone([stub]))
