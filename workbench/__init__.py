@@ -50,6 +50,14 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """The Jupyter server extension (``workbench.jupyter``), enabled by the
+    ``jupyter_server_config.d/workbench.json`` file that installing the distribution adds."""
+    from workbench.jupyter import _jupyter_server_extension_points as points
+
+    return points()
+
+
 __all__ = [
     "AlreadyExistsError",
     "ConfigEditor",

@@ -359,6 +359,18 @@ class Workbench:
         return folder
 
     @classmethod
+    def attach(cls) -> Workbench:
+        """The server of the Jupyter server extension (found through the Jupyter runtime dir,
+        this Jupyter server's first), shared by every notebook and kept across kernel
+        restarts: ``stop()`` detaches without stopping it. ``NotFoundError`` when none runs."""
+        from workbench.jupyter.discovery import AttachedServer, running_server
+
+        found = running_server()
+        bench = cls(found.model_repository, start=False)
+        bench.server = AttachedServer(found)
+        return bench
+
+    @classmethod
     def from_onnx(cls, path: StrPath, repository: StrPath, name: str, **options: Any) -> Workbench:
         """Write the ONNX model into ``repository`` (generated config) and serve it."""
         export_onnx(path, repository, name, **options)

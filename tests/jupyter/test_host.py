@@ -1,0 +1,72 @@
+"""The extension's server: discovery for kernels, a crash seen and recovered from."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.jupyter.conftest import wait_for
+from workbench.jupyter import discovery
+from workbench.jupyter.host import ServerHost
+
+pytestmark = pytest.mark.integration
+
+
+async def test_kernels_find_the_server_through_the_runtime_dir(
+    host: ServerHost, jp_runtime_dir: Path
+) -> None:
+    assert host.discovery_file.parent == jp_runtime_dir
+    assert os.environ[discovery.ENV_VAR] == str(host.discovery_file)
+    (found,) = discovery.find_running()
+    assert host.endpoints is not None
+    assert found.http_url == host.endpoints.url and found.server_pid == host.endpoints.pid
+    assert found.grpc_url == host.endpoints.grpc_url
+    assert found.jupyter_pid == os.getpid()
+    assert found.proxy_url.endswith("/user/alice/workbench")
+
+
+async def test_a_server_that_dies_is_failed_with_its_last_lines_and_starts_again(
+    jp_fetch: Any, host: ServerHost
+) -> None:
+    assert host.endpoints is not None
+    os.kill(host.endpoints.pid, signal.SIGKILL)  # the child this test's extension started
+    await wait_for(lambda: host.state == "failed", 30.0)
+    status = json.loads((await jp_fetch("workbench", "api", "status")).body)
+    assert status["state"] == "failed" and "exited with code -9" in status["reason"]
+    assert status["endpoints"] is None and status["log_tail"]
+    assert not host.discovery_file.exists()
+    started = await jp_fetch("workbench", "api", "server", "start", method="POST", body="")
+    assert json.loads(started.body)["state"] == "running"
+    models = json.loads((await jp_fetch("workbench", "api", "models")).body)["models"]
+    assert {m["name"]: m["state"] for m in models}["add"] == "READY"
+
+
+async def test_a_kernel_attaches_to_the_server_and_detaching_leaves_it_serving(
+    host: ServerHost,
+) -> None:
+    from workbench.notebook import Workbench
+
+    # a kernel's blocking calls go to the model server itself, not through this loop
+    bench = Workbench.attach()
+    assert host.endpoints is not None and bench.url == host.endpoints.url
+    assert bench.grpc_url == host.endpoints.grpc_url
+    assert set(bench.models()["name"]) == {"add", "echo", "broken"}
+    assert bench.infer("add", {"INPUT0": [[1.0, 2.0, 3.0, 4.0]]})["OUTPUT0"].tolist() == [
+        [2.0, 3.0, 4.0, 5.0]
+    ]
+    bench.stop()
+    assert not bench.running and host.state == "running"
+
+
+async def test_attach_without_a_server_says_so(host: ServerHost) -> None:
+    from workbench.errors import NotFoundError
+    from workbench.notebook import Workbench
+
+    await host.stop()
+    with pytest.raises(NotFoundError, match="no Triton Workbench server"):
+        Workbench.attach()

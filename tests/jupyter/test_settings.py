@@ -1,0 +1,26 @@
+"""``c.Workbench.*``: which repository is served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traitlets.config import Config
+
+from workbench.jupyter.settings import Workbench
+
+
+def test_the_default_repository_is_model_repository_under_the_root_when_it_exists(
+    tmp_path: Path,
+) -> None:
+    settings = Workbench()
+    assert settings.repository_path(tmp_path) is None
+    (tmp_path / "model_repository").mkdir()
+    assert settings.repository_path(tmp_path) == (tmp_path / "model_repository").resolve()
+
+
+def test_a_configured_or_given_repository_is_taken_from_the_root(tmp_path: Path) -> None:
+    config = Config({"Workbench": {"model_repository": "models", "engine": "tritonserver"}})
+    settings = Workbench(config=config)
+    assert settings.engine == "tritonserver" and settings.http_port == 0
+    assert settings.repository_path(tmp_path) == (tmp_path / "models").resolve()
+    assert settings.repository_path(tmp_path, "/elsewhere") == Path("/elsewhere")
