@@ -208,8 +208,10 @@ BAD_REQUESTS = [
      "unexpected error on creating Triton parameter"),
     ("POST", "/v2/repository/models/add_one/load", b'{"parameters": {"file:a": "abcde"}}', {},
      400, "not valid base64"),
+    # Triton answers the unload's own outcome, not the parameter's parse error
     ("POST", "/v2/repository/models/nope/unload", b'{"parameters":{"unload_dependents":3}}',
-     {}, 500, "Unable to parse 'unload_dependents'"),
+     {}, 404, "unknown model"),
+    ("POST", "/v2/repository/models/nope/unload", b"{bad json", {}, 404, "unknown model"),
     ("POST", "/v2/logging", b"", {}, 500, "The document is empty"),
     ("POST", "/v2/logging", b'{"log_format": "xml"}', {}, 503, "invalid argument for --log_format"),
     ("GET", "/v2/trace/setting", None, {}, 503, "the server does not support tracing"),

@@ -85,7 +85,7 @@ USUAL: dict[str, tuple[dict[str, Any], tuple[np.ndarray, ...]]] = {
                 {"name": "X", "parameters": {"binary_data": False}},
                 {"name": "Y"},
                 {"name": "Z", "parameters": {}},
-                {"name": "X", "parameters": {"binary_data": True}},
+                {"name": "W", "parameters": {"binary_data": True}},
             ],
         },
         (INT64, BOOL, HALF, HALF.view(np.uint16)),
@@ -101,6 +101,17 @@ def test_an_input_named_twice_is_not_planned_and_is_refused_as_triton_does() -> 
     assert make_plan(json.loads(body[:length])) is None
     with pytest.raises(InvalidArgumentError, match=r"^\[request id: <id_unknown>\] input 'A' "):
         request_codec.decode_infer_request(body, length, "m", "2")
+
+
+def test_an_output_named_twice_is_not_planned_and_answers_once_with_its_first_parameters() -> None:
+    outputs = [{"name": "X", "parameters": {"binary_data": False}}]
+    outputs += [{"name": "Y"}, {"name": "X", "parameters": {"binary_data": True}}]
+    header = {"inputs": [binary_input("A", INT64, "INT64")], "outputs": outputs}
+    body, length = body_of(header, INT64)
+    assert make_plan(json.loads(body[:length])) is None
+    request, _ = request_codec.decode_infer_request(body, length, "m")
+    assert request.requested_outputs == ["X", "Y"]  # as Triton's std::set and first emplace
+    assert request.output_parameters["X"] == {"binary_data": False}
 
 
 @pytest.mark.parametrize("case", USUAL)

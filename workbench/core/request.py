@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ResponseSender
+from workbench.errors import InvalidArgumentError
 
 
 @dataclass(slots=True)
@@ -26,10 +27,28 @@ class InferRequest:
     parameters: Parameters = field(default_factory=dict)
     #: set by the core for decoupled models (see ``workbench.backends.base.ResponseSender``)
     respond: ResponseSender | None = None
-    #: inputs whose shape has negative dims (gRPC raw contents can say so; no array can hold
-    #: it): name -> (shape, bytes received). Their tensors are empty; the checks refuse them
-    #: with Triton's message for that shape.
-    declared_shapes: dict[str, tuple[tuple[int, ...], int]] | None = None
+    #: inputs the codec could not make an array of (see ``DeferredInput``), by name
+    deferred_inputs: dict[str, DeferredInput] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredInput:
+    """An input whose data does not fit its shape, refused by the core rather than the codec.
+
+    Triton's front ends pass shape and bytes on as they are; its core checks the shape
+    against the configuration before the byte size (``InferenceRequest::Normalize``), so a
+    wrong shape is what a request with both faults hears about. A codec that cannot make an
+    array (negative or huge dims, a byte size or BYTES layout that does not match) leaves
+    the tensor empty and records this; the core's checks then always refuse the request.
+    """
+
+    #: the shape as the request says it
+    shape: tuple[int, ...]
+    #: bytes of data the request carries for it
+    byte_size: int
+    #: what the codec found wrong, said once the shape checks pass (``None``: the core's own
+    #: byte-size message)
+    error: InvalidArgumentError | None = None
 
 
 @dataclass(slots=True)

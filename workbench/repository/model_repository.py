@@ -116,9 +116,10 @@ class ModelRepository:
         """
         path = config_path_at(model_dir, config_name=config_name)
         try:
-            # Bytes that are not UTF-8 pass through (protobuf's C++ parser in Triton skips them
-            # in comments); inside a value they fail the parse with its line and column.
-            text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+            # Bytes that are not UTF-8 do not stop Triton (protobuf's C++ text parser takes
+            # them in comments and in string values alike, and the model loads): here they
+            # become U+FFFD, since a protobuf string in Python holds only valid Unicode.
+            text = path.read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
         return _parse(text, str(path))

@@ -7,6 +7,7 @@ with a 4-byte little-endian length; ``BF16`` travels as its raw 16 bits (``uint1
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -15,6 +16,11 @@ from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import InvalidArgumentError
 
 _LENGTH = 4
+#: numpy's most dimensions (``NPY_MAXDIMS``: 32 before numpy 2); Triton itself has no limit
+MAX_DIMS = 32
+#: the most elements a shape may describe (its non-zero dims): with 8-byte items, numpy's
+#: byte count (an ``intp``) must not overflow, even for an array whose other dim is 0
+MAX_ELEMENTS = 2**60 - 1
 #: numpy kinds whose buffer is their little-endian element bytes (bool, ints, floats)
 _BUFFER_KINDS = frozenset("biuf")
 
@@ -22,6 +28,14 @@ _BUFFER_KINDS = frozenset("biuf")
 def request_prefix(request_id: str) -> str:
     """What Triton's core puts before its request errors (``InferenceRequest::LogRequest``)."""
     return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+def shape_fits(shape: Sequence[int]) -> bool:
+    """Whether numpy can make an array of ``shape`` of any item size: no negative dims, at
+    most ``MAX_DIMS`` of them, at most ``MAX_ELEMENTS`` elements."""
+    if len(shape) > MAX_DIMS or (shape and min(shape) < 0):
+        return False
+    return math.prod(dim for dim in shape if dim) <= MAX_ELEMENTS
 
 
 def tensor_from_buffer(
@@ -41,11 +55,18 @@ def tensor_from_buffer(
 def deserialize_bytes(
     chunk: memoryview, shape: tuple[int, ...], prefix: str, name: str, model: str
 ) -> np.ndarray:
-    """Length-prefixed elements -> object array of ``bytes`` with ``shape``."""
+    """Length-prefixed elements -> object array of ``bytes`` with ``shape``.
+
+    Refused as Triton refuses them: its core counts the elements (``ValidateBytesInputs`` in
+    ``core/src/infer_request.cc``), taking a last element longer than what is left as the rest
+    of the data; the backend then refuses that one (``ValidateStringBuffer`` in
+    ``backend/src/backend_common.cc``, without the request id).
+    """
     count = math.prod(shape)
     where = f"inference input '{name}' for model '{model}'"
     items: list[bytes] = []
     offset, end = 0, len(chunk)
+    cut: tuple[int, int] | None = None  # (length, bytes left) of an element cut short
     while offset < end:
         if end - offset < _LENGTH:
             raise InvalidArgumentError(
@@ -61,15 +82,19 @@ def deserialize_bytes(
         length = int.from_bytes(chunk[offset : offset + _LENGTH], "little")
         offset += _LENGTH
         if offset + length > end:
-            raise InvalidArgumentError(
-                f"{prefix}string element {len(items)} of {where} needs {length} bytes but only "
-                f"{end - offset} remain in its binary data"
-            )
+            cut = (length, end - offset)
+            items.append(b"")
+            break
         items.append(bytes(chunk[offset : offset + length]))
         offset += length
     if len(items) != count:
         raise InvalidArgumentError(
             f"{prefix}expected {count} string elements for {where}, got {len(items)}"
+        )
+    if cut is not None:
+        raise InvalidArgumentError(
+            f"incomplete string data for inference input '{name}', expecting string of length "
+            f"{cut[0]} but only {cut[1]} bytes available"
         )
     array = np.empty(count, dtype=np.object_)
     array[:] = items
@@ -93,10 +118,13 @@ def tensor_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
 
 
 __all__ = [
+    "MAX_DIMS",
+    "MAX_ELEMENTS",
     "as_bytes",
     "request_prefix",
     "deserialize_bytes",
     "serialize_bytes",
+    "shape_fits",
     "tensor_buffer",
     "tensor_from_buffer",
 ]

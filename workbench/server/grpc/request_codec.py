@@ -16,11 +16,16 @@ from tritonclient.grpc.service_pb2 import InferTensorContents, ModelInferRequest
 
 from workbench._types import Parameters, Tensor, serialize_bytes
 from workbench.config.dtypes import WIRE_TO_NUMPY
-from workbench.core.request import InferRequest
+from workbench.core.request import DeferredInput, InferRequest
 from workbench.errors import InvalidArgumentError, NotFoundError
 from workbench.server.grpc.parameters import RequestParameters, request_parameters
 from workbench.server.grpc.shared_memory import region_not_found, shared_memory_region
-from workbench.server.tensor_bytes import deserialize_bytes, request_prefix, tensor_from_buffer
+from workbench.server.tensor_bytes import (
+    deserialize_bytes,
+    request_prefix,
+    shape_fits,
+    tensor_from_buffer,
+)
 
 #: ``ModelInferRequest.InferInputTensor`` / ``InferRequestedOutputTensor`` (untyped messages)
 InputTensor: TypeAlias = Any
@@ -109,14 +114,18 @@ def _raw_array(chunk: memoryview, spec: InputTensor, request: InferRequest) -> n
     prefix = request_prefix(request.id)
     if datatype == "<invalid>":
         return np.empty(0, dtype=np.uint8)
-    if any(dim < 0 for dim in shape):
-        # No array has this shape: the core refuses it with Triton's message for it.
-        declared = request.declared_shapes = request.declared_shapes or {}
-        declared[spec.name] = (shape, len(chunk))
-        return np.empty(0, dtype=np.uint8 if datatype == "BYTES" else WIRE_TO_NUMPY[datatype])
-    if datatype == "BYTES":
-        return deserialize_bytes(chunk, shape, prefix, spec.name, request.model_name)
-    return tensor_from_buffer(chunk, datatype, shape, prefix, spec.name, request.model_name)
+    error = None
+    if shape_fits(shape):  # else negative dims, or more than numpy can hold
+        try:
+            if datatype == "BYTES":
+                return deserialize_bytes(chunk, shape, prefix, spec.name, request.model_name)
+            return tensor_from_buffer(chunk, datatype, shape, prefix, spec.name, request.model_name)
+        except InvalidArgumentError as exc:
+            error = exc
+    # The core refuses it, checking the shape first as Triton's does (see DeferredInput).
+    deferred = request.deferred_inputs = request.deferred_inputs or {}
+    deferred[spec.name] = DeferredInput(shape, len(chunk), error)
+    return np.empty(0, dtype=np.uint8 if datatype == "BYTES" else WIRE_TO_NUMPY[datatype])
 
 
 def _typed_array(spec: InputTensor, request: InferRequest) -> np.ndarray:
@@ -172,8 +181,10 @@ def _decode_outputs(message: ModelInferRequest, request: InferRequest) -> None:
         return
     names: list[str] = []
     for spec in message.outputs:
-        names.append(spec.name)
         params = _output_parameters(spec)
+        if spec.name in names:
+            continue  # Triton's core keeps a set of them: a name asked twice answers once
+        names.append(spec.name)
         if params:
             request.output_parameters[spec.name] = params
     request.requested_outputs = names

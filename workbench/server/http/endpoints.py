@@ -13,7 +13,13 @@ from typing import Any
 
 from workbench.config import to_json_dict as config_to_json
 from workbench.core.inference_core import InferenceCore
-from workbench.errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
+from workbench.errors import (
+    InternalError,
+    InvalidArgumentError,
+    UnavailableError,
+    UnsupportedError,
+    WorkbenchError,
+)
 from workbench.server.http.messages import (
     EMPTY_OK,
     METHOD_NOT_ALLOWED,
@@ -107,12 +113,11 @@ class Endpoints:
             return METHOD_NOT_ALLOWED
         if repository:
             raise UnsupportedError("'repository_name' specification is not supported")
-        params = _parameters(req)
         if action == "load":
-            config, files = _load_parameters(params)
+            config, files = _load_parameters(_parameters(req))
             await self.core.load(model, config_json=config, files=files or None)
         else:
-            await self.core.unload(model, unload_dependents=_unload_dependents(params))
+            await self.core.unload(model, unload_dependents=_unload_dependents(req))
         return EMPTY_OK
 
     # -- logging, trace, shared memory ---------------------------------------------------------
@@ -177,13 +182,16 @@ def _base64(key: str, value: str) -> bytes:
         raise InvalidArgumentError(f"parameter '{key}' is not valid base64: {exc}") from None
 
 
-def _unload_dependents(params: dict[str, Any]) -> bool:
-    value = params.get("unload_dependents", False)
-    if not isinstance(value, bool):
-        raise InternalError(
-            "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
-        )
-    return value
+def _unload_dependents(req: HttpRequest) -> bool:
+    """``parameters.unload_dependents`` of an unload. Triton 2.51 answers only the unload's
+    own outcome (``HandleRepositoryControl`` overwrites the parse error with it): a body that
+    is not JSON, or a value that is not a bool, unloads the model alone."""
+    try:
+        params = req.json_object().get("parameters")
+    except WorkbenchError:
+        return False
+    value = params.get("unload_dependents") if isinstance(params, dict) else None
+    return value if isinstance(value, bool) else False
 
 
 __all__ = ["DEFAULT_EXTENSIONS", "Endpoints"]

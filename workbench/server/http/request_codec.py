@@ -15,31 +15,31 @@ Error texts and categories are Triton's, so clients see the same messages.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
 
-from workbench._types import Parameters, Tensor
+from workbench._types import Parameters, Tensor, serialize_bytes
 from workbench.config.dtypes import WIRE_TO_NUMPY
-from workbench.core.request import InferRequest
+from workbench.core.request import DeferredInput, InferRequest
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
-from workbench.server.http.request_plan import (
-    MAX_DIMS,
-    Body,
-    cached_plan,
-    make_plan,
-    remember_plan,
-    shape_fits,
-)
+from workbench.server.http.request_plan import Body, cached_plan, make_plan, remember_plan
 from workbench.server.tensor_bytes import (
+    MAX_DIMS,
+    MAX_ELEMENTS,
     deserialize_bytes,
     request_prefix,
+    shape_fits,
     tensor_from_buffer,
 )
 
 _RESERVED_PREFIX = "triton_"
+#: the array of an input the core refuses (see ``DeferredInput``)
+_EMPTY = np.empty(0, dtype=np.uint8)
+_LEADING_INTEGER = re.compile(rb"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 _TYPED_PARAMETERS = {
     "sequence_start": (bool, NON_BOOL),
     "sequence_end": (bool, NON_BOOL),
@@ -50,23 +50,35 @@ _TYPED_PARAMETERS = {
 
 
 def parse_header_length(value: bytes | None, content_length: int) -> int | None:
-    """The ``Inference-Header-Content-Length`` header; ``None`` when absent (all JSON)."""
+    """The ``Inference-Header-Content-Length`` header; ``None`` when absent (all JSON).
+
+    Read with C's ``atoi``, as Triton does (``GetInferenceHeaderLength``): text that is not a
+    number is 0, the raw binary layout, and ``12abc`` is 12.
+    """
     if value is None:
         return None
     if value.isdigit() and int(value) <= content_length:
         return int(value)  # the usual case, without decoding the text
     text = value.decode("latin-1").strip()
-    try:
-        length = int(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"Unable to parse Inference-Header-Content-Length, got: {text}"
-        ) from None
+    length = _atoi(value)
     if length < 0 or length > content_length:
         raise InvalidArgumentError(
             f"inference header size should be in range (0, {content_length}), got: {text}"
         )
     return length
+
+
+def _atoi(value: bytes) -> int:
+    """glibc's ``atoi`` (``(int) strtol(value, NULL, 10)``): leading blanks, a sign, then the
+    digits up to the first other byte, 0 when there are none; clamped to a 64-bit long, then
+    cut to 32 bits."""
+    match = _LEADING_INTEGER.match(value)
+    if match is None:
+        return 0
+    digits = match[2].lstrip(b"0")
+    number = int(digits or b"0") if len(digits) < 20 else 2**63  # int() has a digit limit
+    number = min(-number if match[1] == b"-" else number, 2**63 - 1)
+    return (max(number, -(2**63)) + 2**31) % 2**32 - 2**31
 
 
 def decode_infer_request(
@@ -166,7 +178,7 @@ def _decode_inputs(
         raise access_error("inputs", NON_ARRAY)
     for spec in inputs:
         if not isinstance(spec, dict):
-            raise access_error("inputs", "non-object as object")
+            _check_content_fields({}, {})  # Triton finds none of the three in a non-object
         tensor, offset = _decode_input(spec, view, offset, req)
         if tensor.name in req.inputs:  # Triton's core refuses it when it adds the input
             raise InvalidArgumentError(
@@ -179,19 +191,16 @@ def _decode_inputs(
 def _decode_input(
     spec: dict[str, Any], view: memoryview, offset: int, req: InferRequest
 ) -> tuple[Tensor, int]:
-    params = spec.get("parameters") or {}
+    params = spec.get("parameters")
     if not isinstance(params, dict):
-        raise access_error("parameters", "non-object as object")
+        params = {}  # Triton looks for its keys in an object only: anything else has none
     _check_content_fields(spec, params)
     name = _string_member(spec, "name")
     datatype = _string_member(spec, "datatype")
     shape = _shape(spec)
     if "shared_memory_region" in params:
         raise _no_shared_memory(params["shared_memory_region"])
-    if datatype not in WIRE_TO_NUMPY:
-        raise InvalidArgumentError(f"invalid datatype for input {name}")
-    if not shape_fits(shape):
-        raise _unholdable_shape(shape, name, req.model_name)
+    tensor = Tensor(name, datatype, _EMPTY, params)
     if "binary_data_size" in params:
         size = params["binary_data_size"]
         if not _is_uint(size):
@@ -202,11 +211,77 @@ def _decode_input(
                 f"unexpected size for input '{name}', expecting {size - available} additional "
                 f"bytes for model '{req.model_name}'"
             )
-        chunk = view[offset : offset + size]
-        array = _binary_array(chunk, datatype, shape, name, req)
-        return Tensor(name, datatype, array, params), offset + size
-    array = json_array(spec.get("data"), datatype, shape, name)
-    return Tensor(name, datatype, array, params), offset
+        return _binary_tensor(view[offset : offset + size], tensor, shape, req), offset + size
+    return _json_tensor(spec.get("data"), tensor, shape, req), offset
+
+
+def _binary_tensor(
+    chunk: memoryview, tensor: Tensor, shape: tuple[int, ...], req: InferRequest
+) -> Tensor:
+    """The input's array over its bytes; one that does not fit is left to the core."""
+    error = None
+    if tensor.datatype in WIRE_TO_NUMPY and shape_fits(shape):
+        try:
+            tensor.array = _binary_array(chunk, tensor.datatype, shape, tensor.name, req)
+            return tensor
+        except InvalidArgumentError as exc:
+            error = exc
+    return _deferred(tensor, DeferredInput(shape, len(chunk), error), req)
+
+
+def _json_tensor(data: Any, tensor: Tensor, shape: tuple[int, ...], req: InferRequest) -> Tensor:
+    """The input's JSON ``data`` as an array. Triton reads none for a shape without elements
+    (``GetElementCount`` is 0 for no dims), and counts BYTES elements in its core."""
+    name, datatype = tensor.name, tensor.datatype
+    count = math.prod(shape) if shape else 0
+    if count == 0:
+        if datatype in WIRE_TO_NUMPY and shape and shape_fits(shape):
+            tensor.array = np.empty(shape, dtype=WIRE_TO_NUMPY[datatype])
+            return tensor
+        return _deferred(tensor, DeferredInput(shape, 0), req)
+    if datatype not in WIRE_TO_NUMPY:
+        raise InvalidArgumentError(f"invalid datatype for input {name}")
+    if datatype == "BYTES":
+        return _json_strings(data, tensor, shape, req)
+    if shape_fits(shape):
+        tensor.array = json_array(data, datatype, shape, name)
+        return tensor
+    if not 0 < count <= MAX_ELEMENTS:  # Triton would try to allocate it (and abort)
+        raise _unholdable_shape(shape, name, req.model_name)
+    array = json_array(data, datatype, (count,), name)  # more dims than numpy has
+    return _deferred(tensor, DeferredInput(shape, array.nbytes), req)
+
+
+def _json_strings(data: Any, tensor: Tensor, shape: tuple[int, ...], req: InferRequest) -> Tensor:
+    if not isinstance(data, list):
+        raise access_error("data", NON_ARRAY)
+    flat = flatten_json(data)
+    if not all(isinstance(item, str) for item in flat):
+        raise InternalError(
+            f"Unable to parse JSON bytes array: attempt to access JSON {NON_STRING}"
+        )
+    array = _json_bytes(flat)
+    count = math.prod(shape)
+    if len(flat) == count and shape_fits(shape):
+        tensor.array = array.reshape(shape)
+        return tensor
+    where = f"inference input '{tensor.name}' for model '{req.model_name}'"
+    if len(flat) > count:  # Triton's core stops at the first element past the count
+        message = f"unexpected number of string elements {max(count, 0) + 1} for {where}, "
+        message += f"expecting {count}"
+    else:
+        message = f"expected {count} string elements for {where}, got {len(flat)}"
+    error = InvalidArgumentError(request_prefix(req.id) + message)
+    return _deferred(tensor, DeferredInput(shape, len(serialize_bytes(array)), error), req)
+
+
+def _deferred(tensor: Tensor, deferred: DeferredInput, req: InferRequest) -> Tensor:
+    """An empty tensor the core refuses, checking its shape first (see ``DeferredInput``)."""
+    inputs = req.deferred_inputs = req.deferred_inputs or {}
+    inputs[tensor.name] = deferred
+    if tensor.datatype not in WIRE_TO_NUMPY:
+        tensor.datatype = "<invalid>"  # Triton's name for it; the core refuses the type
+    return tensor
 
 
 def _check_content_fields(spec: dict[str, Any], params: dict[str, Any]) -> None:
@@ -245,8 +320,10 @@ def _shape(spec: dict[str, Any]) -> tuple[int, ...]:
     if not isinstance(shape, list):
         raise access_error("shape", NON_ARRAY)
     for dim in shape:
-        if type(dim) is not int or dim < 0:  # JSON has no int subclasses but bool
+        if type(dim) is not int or not 0 <= dim < 2**64:  # JSON has no int subclass but bool
             raise access_error("shape", NON_UINT)
+    if shape and max(shape) >= 2**63:  # read as uint64, kept as int64: the top half wraps
+        return tuple(dim - 2**64 if dim >= 2**63 else dim for dim in shape)
     return tuple(shape)
 
 
@@ -317,7 +394,8 @@ def _json_bytes(flat: list[Any]) -> np.ndarray:
     if not all(isinstance(item, str) for item in flat):
         raise access_error("data", NON_STRING)
     array = np.empty(len(flat), dtype=np.object_)
-    array[:] = [item.encode("utf-8") for item in flat]
+    # surrogateescape: the bytes of a body that is not UTF-8 (see ``_json.loads``) come back
+    array[:] = [item.encode("utf-8", errors="surrogateescape") for item in flat]
     return array
 
 
@@ -357,13 +435,15 @@ def _decode_outputs(document: dict[str, Any], req: InferRequest) -> None:
         raise access_error("outputs", NON_ARRAY)
     names: list[str] = []
     for spec in outputs:
-        if not isinstance(spec, dict):
-            raise access_error("outputs", "non-object as object")
-        params = spec.get("parameters") or {}
+        if not isinstance(spec, dict):  # TritonJson finds no member in a non-object
+            raise access_error("name", "", member="name")
+        params = spec.get("parameters")
         if not isinstance(params, dict):
-            raise access_error("parameters", "non-object as object")
+            params = {}  # as for inputs: Triton finds no parameter in a non-object
         name = _string_member(spec, "name")
         _check_output_parameters(params)
+        if name in req.output_parameters:
+            continue  # Triton keeps the first of an output named twice, and answers it once
         names.append(name)
         req.output_parameters[name] = params
     req.requested_outputs = names

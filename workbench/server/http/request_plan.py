@@ -15,7 +15,6 @@ its plan.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,17 +23,13 @@ import numpy as np
 from workbench._types import Parameters, Tensor
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import InferRequest
+from workbench.server.tensor_bytes import shape_fits
 
 #: headers up to this long are remembered; the cache holds at most ``_CACHED_PLANS``
 _CACHED_HEADER_BYTES = 4096
 _CACHED_PLANS = 256
 _INPUT_PARAMETERS = frozenset({"binary_data_size"})
 _OUTPUT_PARAMETERS = frozenset({"binary_data"})
-#: numpy's most dimensions (``NPY_MAXDIMS``: 32 before numpy 2); Triton itself has no limit
-MAX_DIMS = 32
-#: the most elements a shape may describe (its non-zero dims): with 8-byte items, numpy's
-#: byte count (an ``intp``) must not overflow, even for an array whose other dim is 0
-MAX_ELEMENTS = 2**60 - 1
 
 #: name, datatype, numpy dtype, shape, byte size
 _Input = tuple[str, str, np.dtype, tuple[int, ...], int]
@@ -80,11 +75,6 @@ _plans: dict[bytes, RequestPlan] = {}
 #: ``cached_plan(header)``: the plan made earlier for exactly these header bytes, if any (the
 #: dict's own ``get``: no Python frame on the hot path; ``remember_plan`` keeps the same dict)
 cached_plan = _plans.get
-
-
-def shape_fits(shape: Sequence[int]) -> bool:
-    """Whether numpy can make an array of ``shape`` (non-negative dims) of any item size."""
-    return len(shape) <= MAX_DIMS and math.prod(dim for dim in shape if dim) <= MAX_ELEMENTS
 
 
 def remember_plan(header: bytes, plan: RequestPlan) -> None:
@@ -145,7 +135,9 @@ def _outputs(specs: Any) -> tuple[tuple[str, Parameters], ...] | None:
     if type(specs) is not list:
         return None
     outputs = tuple(_output(spec) for spec in specs)
-    return None if None in outputs else outputs  # type: ignore[return-value]
+    if None in outputs or len({spec[0] for spec in outputs if spec}) != len(outputs):
+        return None  # the full decoder keeps the first of an output named twice
+    return outputs  # type: ignore[return-value]
 
 
 def _output(spec: Any) -> tuple[str, Parameters] | None:
