@@ -82,3 +82,25 @@ def test_kernel_shutdown_stops_the_server(tmp_path: Path) -> None:
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
     nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     assert marker.read_text() == "False"  # the kernel shut down with the server stopped
+
+
+def test_a_failed_infer_shows_one_short_block_in_a_notebook(tmp_path: Path) -> None:
+    from tests.notebook.conftest import copy_linear
+
+    repository = tmp_path / "repo"
+    copy_linear(repository, "linear")
+    cells = [
+        "import numpy as np\nfrom workbench.notebook import Workbench",
+        f"bench = Workbench({str(repository)!r})",
+        'bench.infer("linear", {"WRONG": np.ones((1, 4), np.float32)})',
+        "bench.stop()",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(
+        notebook, timeout=120, kernel_name="python3", allow_errors=True
+    ).execute()
+    (error,) = notebook.cells[2].outputs
+    assert error.output_type == "error" and error.ename == "InvalidArgumentError"
+    assert error.traceback[-1] == "hint: 'WRONG' is not an input; did you mean 'INPUT'?"
+    assert len(error.traceback) < 12 and "workbench/notebook" not in "".join(error.traceback)
+    assert not notebook.cells[3].outputs  # the kernel went on after the error

@@ -23,7 +23,7 @@ from workbench.config import backend_name, parse_pbtxt, read_config
 from workbench.errors import NotFoundError, UnavailableError, WorkbenchError
 from workbench.notebook import tables
 from workbench.notebook.config_editor import ConfigEditor
-from workbench.notebook.explain import explained, infer_details
+from workbench.notebook.explain import explained, infer_details, model_details
 from workbench.notebook.model_export import export_onnx, export_torch
 from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
@@ -186,8 +186,13 @@ class Workbench:
             return None
 
     def config(self, name: str, version: str = "") -> ModelConfig:
-        """The model's configuration as the server sees it (defaults filled in)."""
-        return self.http.config(name, version)
+        """The model's configuration as the server sees it (defaults filled in). A model that
+        cannot answer raises with the reason (near names for an unknown one), short in a
+        notebook."""
+        try:
+            return self.http.config(name, version)
+        except WorkbenchError as exc:
+            raise explained(exc, model_details(self.http, name, version)) from None
 
     def infer(
         self,
@@ -203,13 +208,7 @@ class Workbench:
         try:
             result = self.http.infer(name, inputs, outputs, version)
         except WorkbenchError as exc:
-            details = infer_details(
-                name,
-                inputs,
-                exc,
-                metadata=lambda: self.http.metadata(name, version),
-                model_names=lambda: [entry["name"] for entry in self.http.index()],
-            )
+            details = infer_details(exc, self.http, name, inputs, outputs, version)
             raise explained(exc, details) from None
         if not version:
             recent = self.history.setdefault(name, collections.deque(maxlen=HISTORY_LENGTH))
