@@ -24,9 +24,10 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NOT_INSTALLED_HERE = {"tensorrt": "tensorrt", "pynvml": "nvidia-ml-py"}
 #: the python backend's module, provided by our shim to model code
 PROVIDED = {"triton_python_backend_utils"}
-#: declared for what they are, not for an import: the JupyterLab application itself, and
-#: onnx, which ``torch.onnx.export`` needs for ``from_torch(..., format="onnx")``
-NOT_IMPORTED = {"jupyterlab", "onnx"}
+#: declared for what they are, not for an import: the JupyterLab application itself,
+#: onnx, which ``torch.onnx.export`` needs for ``from_torch(..., format="onnx")``, and
+#: anywidget, which plotly's ``FigureWidget`` needs (plotly 6 raises ImportError without it)
+NOT_IMPORTED = {"jupyterlab", "onnx", "anywidget"}
 
 
 def _name(requirement: str) -> str:

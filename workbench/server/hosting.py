@@ -37,6 +37,7 @@ from workbench.server.http.limits import (
     DEFAULT_MAX_HEADER_BYTES,
     HttpLimits,
 )
+from workbench.server.listening import bind_socket
 from workbench.server.log_settings import LogSettings
 from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 from workbench.server.restricted import (
@@ -79,21 +80,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind the listening socket now so that errors reach the caller; port 0 = ephemeral."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UnavailableError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 def _check_limits(cache_size: int, rate_limit: str, resources: Mapping[str, int]) -> None:
