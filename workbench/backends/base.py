@@ -6,7 +6,7 @@ The core owns scheduling, threads and statistics; a backend only computes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -63,6 +63,25 @@ class InferenceClient(Protocol):
         timeout_s: float | None = None,
     ) -> list[Tensor]:
         """Run an inference on this server from a worker thread; raises ``WorkbenchError``."""
+        ...
+
+    def infer_stream_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[tuple[ExecResult, bool]]:
+        """Every response of a request, as ``(result, final)``, from a worker thread.
+
+        For ``exec(decoupled=True)``: several responses for a decoupled model, one for any
+        other. The last has ``final`` set; a final result with no outputs is Triton's "complete,
+        no response" flag. A failure (refused request or model error) is a final result with
+        ``error`` set: this iterator never raises ``WorkbenchError``.
+        """
         ...
 
     def is_model_ready(self, model_name: str, model_version: int = -1) -> bool: ...

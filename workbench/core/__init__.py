@@ -1,6 +1,7 @@
 """Protocol-neutral serving: requests, model lifecycle, instances, schedulers, statistics."""
 
-from workbench.core.inference_core import TRITON_VERSION, CoreClient, CoreOptions, InferenceCore
+from workbench.core.bls_client import CoreClient
+from workbench.core.inference_core import TRITON_VERSION, CoreOptions, InferenceCore
 from workbench.core.lifecycle import ModelState
 from workbench.core.request import InferRequest, InferResponse
 

@@ -17,7 +17,8 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
-from workbench._types import Parameters, StrPath, Tensor
+from workbench._types import StrPath
+from workbench.core.bls_client import CoreClient
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
 from workbench.core.model import BackendModel, model_metadata, one_response
@@ -422,36 +423,4 @@ def load_error(name: str, error: WorkbenchError) -> WorkbenchError:
     return InvalidArgumentError(f"load failed for model '{name}': {error}\n")
 
 
-class CoreClient:
-    """Lets model code (Python backend BLS) call back into this server from a worker thread."""
-
-    def __init__(self, core: InferenceCore, loop: asyncio.AbstractEventLoop) -> None:
-        self._core = core
-        self._loop = loop
-
-    def infer_sync(
-        self,
-        model_name: str,
-        inputs: Sequence[Tensor],
-        *,
-        model_version: int = -1,
-        requested_outputs: Sequence[str] | None = None,
-        parameters: Parameters | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Tensor]:
-        request = InferRequest(
-            model_name=model_name,
-            model_version="" if model_version < 0 else str(model_version),
-            inputs={t.name: t for t in inputs},
-            requested_outputs=list(requested_outputs) if requested_outputs else None,
-            parameters=dict(parameters or {}),
-        )
-        future = asyncio.run_coroutine_threadsafe(self._core.infer(request), self._loop)
-        return future.result(timeout_s).outputs
-
-    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
-        version = "" if model_version < 0 else str(model_version)
-        return self._core.model_ready(model_name, version)
-
-
-__all__ = ["TRITON_VERSION", "CoreClient", "CoreOptions", "InferenceCore"]
+__all__ = ["TRITON_VERSION", "CoreOptions", "InferenceCore"]

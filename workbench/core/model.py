@@ -117,6 +117,10 @@ class BackendModel:
         self.scheduler: Scheduler = make_scheduler(config, self, model_path)
 
     # -- requests ------------------------------------------------------------------------------
+    def check(self, request: InferRequest) -> int:
+        """Raise Triton's error for a request this model refuses; its batch size otherwise."""
+        return self._checker.check(request)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         if self.decoupled:
             raise InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,3 +158,31 @@ def run_bls(client: InferenceClient, request: pb_utils.InferenceRequest) -> Any:
     except WorkbenchError as exc:
         return pb_utils.InferenceResponse(error=to_triton_error(exc))
     return pb_utils.InferenceResponse([to_pb_tensor(t) for t in outputs])
+
+
+def run_bls_stream(
+    client: InferenceClient, request: pb_utils.InferenceRequest
+) -> pb_utils.ResponseIterator:
+    """Start a decoupled BLS call; its responses as they come (it waits for the first, so
+    that the call is under way when ``exec`` returns, as in Triton)."""
+    inputs = [Tensor(t.name(), t._wire_type(), t._array) for t in request.inputs()]
+    timeout_us = request.timeout()
+    results = client.infer_stream_sync(
+        request.model_name,
+        inputs,
+        model_version=request.model_version,
+        requested_outputs=request.requested_output_names() or None,
+        parameters=dict(request._parameters),
+        timeout_s=timeout_us / 1e6 if timeout_us else None,
+    )
+    responses = (_bls_response(result) for result, _ in results)
+    first = next(responses, None)
+    return pb_utils.ResponseIterator(itertools.chain([first] if first else [], responses))
+
+
+def _bls_response(result: ExecResult) -> pb_utils.InferenceResponse:
+    if result.error is not None:
+        return pb_utils.InferenceResponse(error=to_triton_error(result.error))
+    return pb_utils.InferenceResponse(
+        [to_pb_tensor(t) for t in result.outputs], parameters=result.parameters
+    )

@@ -5,8 +5,8 @@ Every message is ``(kind, key, *payload)``; replies are ``(REPLY, key of the cal
 server -> stub: ``INIT`` (what to load), ``EXECUTE`` (requests), ``FINALIZE``, and the
 replies to the stub's ``BLS``/``READY`` calls.
 stub -> server: replies to those, ``RESPONSE`` (one response of a decoupled request, any
-time), ``BLS`` and ``READY`` (calls into the server), ``LOG`` (a forwarded log record),
-``METRICS`` (custom metric operations, usually in the same write as a reply).
+time), ``BLS``, ``BLS_STREAM`` and ``READY`` (calls into the server), ``LOG`` (a forwarded
+log record), ``METRICS`` (custom metric operations, usually in the same write as a reply).
 
 Tensors never go through the socket: a message names a block of shared memory and carries
 each tensor's name, datatype, shape and offset (see ``_shm``).
@@ -32,6 +32,9 @@ BLS = 5
 READY = 6
 LOG = 7
 METRICS = 8
+#: a decoupled BLS call (``exec(decoupled=True)``): its responses come back as
+#: ``(REPLY, (key, n), error, block, descs, parameters, final)`` for n = 0, 1, ...
+BLS_STREAM = 9
 
 #: an error as it crosses: (class name in ``workbench.errors``, message), or None
 ErrorWire = tuple[str, str] | None

@@ -34,6 +34,7 @@ from workbench.backends.python._loop_reader import LoopReader
 from workbench.backends.python._metric_registry import REGISTRY
 from workbench.backends.python._protocol import (
     BLS,
+    BLS_STREAM,
     EXECUTE,
     FINALIZE,
     INIT,
@@ -344,6 +345,9 @@ class StubProcess:
         try:
             if client is None:
                 raise InternalError("BLS requests need a running server; none is attached")
+            if message[0] == BLS_STREAM:
+                self._bls_stream(client, message)
+                return
             if message[0] == BLS:
                 reply = self._bls(client, message)
             else:
@@ -374,9 +378,36 @@ class StubProcess:
         out_block, out_descs = self._to_stub.write(outputs)
         return (REPLY, key, None, out_block, out_descs)
 
+    def _bls_stream(self, client: InferenceClient, message: Message) -> None:
+        """Send each response of a decoupled BLS call as it comes, under ``(key, n)``."""
+        _, key, block, model_name, version, descs, requested, parameters, timeout_s = message
+        inputs = read_block(self._from_stub, block, descs)
+        responses = client.infer_stream_sync(
+            model_name,
+            inputs,
+            model_version=version,
+            requested_outputs=requested,
+            parameters=parameters,
+            timeout_s=timeout_s,
+        )
+        n = 0
+        try:
+            for result, final in responses:
+                out_block, out_descs = self._to_stub.write(result.outputs)
+                error = error_to_wire(result.error)
+                reply = (REPLY, (key, n), error, out_block, out_descs, result.parameters, final)
+                self.channel.send(reply)
+                n += 1
+        except ChannelClosed:
+            return
+        except Exception as exc:  # the stream ends here; the model hears why
+            self.channel.send((REPLY, (key, n), error_to_wire(exc), -1, [], {}, True))
+
     def _reply_failure(self, message: Message, error: BaseException) -> None:
         reply: Message = (REPLY, message[1], error_to_wire(error), -1, [])
-        if message[0] != BLS:
+        if message[0] == BLS_STREAM:
+            reply = (REPLY, (message[1], 0), error_to_wire(error), -1, [], {}, True)
+        elif message[0] != BLS:
             reply = (REPLY, message[1], False)
         try:
             self.channel.send(reply)

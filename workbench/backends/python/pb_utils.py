@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +255,7 @@ class InferenceRequest:
         correlation_id: int | str = 0,
         inputs: Iterable[Tensor] = (),
         requested_output_names: Iterable[str] = (),
-        model_name: str = "",
+        model_name: str | bytes = "",
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -269,7 +269,8 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
         self._requested_output_names = list(requested_output_names)
-        self.model_name = model_name
+        # Triton takes a name as bytes too (e.g. read from a BYTES tensor)
+        self.model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self.model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -346,22 +347,59 @@ class InferenceRequest:
             self._sender = InferenceResponseSender(self._deliver)
         return self._sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on the server (BLS) and wait for its response."""
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on the server (BLS) and wait for its response.
+
+        With ``decoupled=True`` a ``ResponseIterator`` over every response (several from a
+        decoupled model; the last may be empty, Triton's "final" flag); it waits for the first.
+        """
         scope = _current_scope()
-        if decoupled:
-            raise TritonModelException("decoupled BLS calls are not supported by Triton Workbench")
         if scope is None or scope.client is None:
             raise TritonModelException("BLS requests need a running server; none is attached")
-        from workbench.backends.python._bridge import run_bls
+        from workbench.backends.python._bridge import run_bls, run_bls_stream
 
+        if decoupled:
+            return run_bls_stream(scope.client, self)
         return run_bls(scope.client, self)
 
-    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
         """Like ``exec`` but awaitable; runs on the loop's default executor."""
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
         return loop.run_in_executor(None, context.run, self.exec, decoupled)
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS call (``exec(decoupled=True)``), as they arrive.
+
+    As Triton's: once the last response was read, iterating again starts from the first.
+    """
+
+    def __init__(self, responses: Iterator[InferenceResponse]) -> None:
+        self._source = responses
+        self._seen: list[InferenceResponse] = []
+        self._index = 0
+        self._finished = False
+
+    def __iter__(self) -> ResponseIterator:
+        if self._finished and self._index >= len(self._seen):
+            self._index = 0
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._finished:
+            if self._index >= len(self._seen):
+                raise StopIteration
+            self._index += 1
+            return self._seen[self._index - 1]
+        try:
+            response = next(self._source)
+        except StopIteration:
+            self._finished = True
+            self._index = len(self._seen)
+            raise
+        self._seen.append(response)
+        return response
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
@@ -421,6 +459,7 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 __all__ = [
     "InferenceRequest",
     "InferenceResponse",
+    "ResponseIterator",
     "InferenceResponseSender",
     "Logger",
     "LogLevel",

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from workbench.backends.python._metric_forwarder import MetricForwarder
 from workbench.backends.python._metrics import install_sink
 from workbench.backends.python._protocol import (
     BLS,
+    BLS_STREAM,
     EXECUTE,
     FINALIZE,
     INIT,
@@ -85,6 +86,55 @@ class StubClient:
         if failure is not None:
             raise failure
         return read_block(stub.inbound, out_block, out_descs)
+
+    def infer_stream_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[tuple[ExecResult, bool]]:
+        """Every response of a decoupled BLS call, as the server sends them (``BLS_STREAM``)."""
+        stub = self._stub
+        key = stub.new_key()
+        block, descs = stub.writer.write(list(inputs))
+        requested = list(requested_outputs) if requested_outputs else None
+        stub.channel.send(
+            (
+                BLS_STREAM,
+                key,
+                block,
+                model_name,
+                model_version,
+                descs,
+                requested,
+                parameters,
+                timeout_s,
+            )
+        )
+        for n in itertools.count():
+            _, _, error, out_block, out_descs, params, final = stub.channel.wait((key, n))
+            outputs = read_block(stub.inbound, out_block, out_descs)
+            try:
+                yield ExecResult(outputs, error_from_wire(error), params), final
+            except GeneratorExit:
+                if not final:
+                    self._drain(key, n + 1)
+                raise
+            if final:
+                return
+
+    def _drain(self, key: int, n: int) -> None:
+        """Read the rest of an abandoned stream (its shared memory freed), as Triton's
+        response iterator drains itself when it is destroyed."""
+        final = False
+        while not final:
+            _, _, _, out_block, out_descs, _, final = self._stub.channel.wait((key, n))
+            read_block(self._stub.inbound, out_block, out_descs)
+            n += 1
 
     def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
         """Whether the server has ``model_name`` loaded and ready."""

@@ -1,0 +1,170 @@
+"""Python-backend BLS: model code calling back into this server from a worker thread.
+
+Errors read as Triton 2.51's python backend words them (``src/request_executor.cc``): a request
+the server refuses before it reaches the model (the model is not ready, a decoupled model called
+without ``decoupled=True``, inputs that do not fit) is an ``INTERNAL`` error "Model <m> - Error
+when running inference: <why>"; an error of the model itself keeps its code and message.
+
+A refusal is told apart from a model error only when a call fails, by running the request's
+checks again on its inputs as sent (an execution reshapes them in place): a successful call
+pays only for a copy of its input dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from workbench._types import Parameters, Tensor
+from workbench.backends.base import ExecResult
+from workbench.core.model import BackendModel
+from workbench.core.request import InferRequest, InferResponse
+from workbench.errors import InternalError, WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.core.inference_core import InferenceCore
+
+T = TypeVar("T")
+
+
+class CoreClient:
+    """The ``InferenceClient`` that python models of this server call (BLS)."""
+
+    def __init__(self, core: InferenceCore, loop: asyncio.AbstractEventLoop) -> None:
+        self._core = core
+        self._loop = loop
+
+    def infer_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Tensor]:
+        request = _request(model_name, inputs, model_version, requested_outputs, parameters)
+        return self._call(self._infer(request), timeout_s).outputs
+
+    def infer_stream_sync(
+        self,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        *,
+        model_version: int = -1,
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Parameters | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[tuple[ExecResult, bool]]:
+        request = _request(model_name, inputs, model_version, requested_outputs, parameters)
+        sent = self._sent(request)
+        responses = self._call(self._open_stream(request, sent), timeout_s)
+        if isinstance(responses, ExecResult):  # refused at the call
+            yield responses, True
+            return
+        try:
+            while True:
+                step = self._call(self._next(sent, responses), timeout_s)
+                if step is None:
+                    return
+                yield step
+                if step[1]:
+                    return
+        finally:
+            # A model that stops reading early: end the stream on the loop (its execution
+            # still runs to its end there, as Triton drains an abandoned response iterator).
+            asyncio.run_coroutine_threadsafe(_close(responses), self._loop)
+
+    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
+        version = "" if model_version < 0 else str(model_version)
+        return self._core.model_ready(model_name, version)
+
+    # -- on the loop ---------------------------------------------------------------------------
+    async def _infer(self, request: InferRequest) -> InferResponse:
+        sent = self._sent(request)
+        try:
+            return await self._core.infer(request)
+        except WorkbenchError as exc:
+            raise self._refusal(sent, decoupled=False) or exc from None
+
+    def _sent(self, request: InferRequest) -> InferRequest:
+        """A copy of ``request`` with its own input dict, kept for ``_refusal``."""
+        return dataclasses.replace(request, inputs=dict(request.inputs))
+
+    async def _open_stream(
+        self, request: InferRequest, sent: InferRequest
+    ) -> AsyncIterator[InferResponse] | ExecResult:
+        try:
+            return self._core.infer_stream(request)
+        except WorkbenchError as exc:
+            return ExecResult(error=self._refusal(sent, decoupled=True) or exc)
+
+    async def _next(
+        self, request: InferRequest, responses: AsyncIterator[InferResponse]
+    ) -> tuple[ExecResult, bool] | None:
+        try:
+            response = await anext(responses)
+        except StopAsyncIteration:
+            return None
+        except WorkbenchError as exc:
+            return ExecResult(error=self._refusal(request, decoupled=True) or exc), True
+        return ExecResult(response.outputs, None, response.parameters), response.final
+
+    def _refusal(self, request: InferRequest, *, decoupled: bool) -> WorkbenchError | None:
+        """Triton's wrapped error when the server refuses ``request``; None when it would not."""
+        name = request.model_name
+        if not self._core.model_ready(name, request.model_version):
+            why = f"Failed for execute the inference request. Model '{name}' is not ready."
+            return _wrapped(name, why)
+        model = self._core.models.get(name, request.model_version)
+        if not isinstance(model, BackendModel):
+            return None
+        if model.decoupled and not decoupled:
+            return _wrapped(name, _DECOUPLED.format(name=name))
+        try:
+            model.check(request)
+        except WorkbenchError as exc:
+            return _wrapped(name, exc.message)
+        return None
+
+    def _call(self, work: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout_s)
+
+
+#: Triton 2.51's text for ``exec()`` (not ``decoupled=True``) on a decoupled model
+_DECOUPLED = (
+    "Model {name} is using the decoupled. The current BLS request call doesn't support models "
+    "using the decoupled transaction policy. Please use 'decoupled=True' argument to the "
+    "'exec' or 'async_exec' calls for decoupled models.'"
+)
+
+
+def _wrapped(name: str, why: str) -> InternalError:
+    return InternalError(f"Model {name} - Error when running inference: {why}")
+
+
+def _request(
+    model_name: str,
+    inputs: Sequence[Tensor],
+    model_version: int,
+    requested_outputs: Sequence[str] | None,
+    parameters: Parameters | None,
+) -> InferRequest:
+    return InferRequest(
+        model_name=model_name,
+        model_version="" if model_version < 0 else str(model_version),
+        inputs={t.name: t for t in inputs},
+        requested_outputs=list(requested_outputs) if requested_outputs else None,
+        parameters=dict(parameters or {}),
+    )
+
+
+async def _close(responses: AsyncIterator[InferResponse]) -> None:
+    if isinstance(responses, AsyncGenerator):
+        await responses.aclose()
+
+
+__all__ = ["CoreClient"]
