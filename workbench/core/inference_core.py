@@ -141,6 +141,9 @@ class InferenceCore:
         self._poll_task: asyncio.Task[None] | None = None
         #: unloads still finishing after their call answered (kept so they are not collected)
         self._unloads: set[asyncio.Future[None]] = set()
+        #: ensembles unloaded because a model they use was: loaded again once every model
+        #: they use is ready (tritonserver 2.51's dependency graph does both)
+        self._waiting_ensembles: set[str] = set()
 
     def _rate_limiter(self) -> RateLimiter | None:
         mode = self.options.rate_limit
@@ -384,10 +387,22 @@ class InferenceCore:
         elif override is None and name not in self.repository.model_names():
             # Triton answers 500 (an internal error) here, not 404.
             raise InternalError(f"failed to load '{name}', failed to poll from model repository")
+        self._waiting_ensembles.discard(name)
         try:
             await self._load_with_dependencies(name, override, path)
         except WorkbenchError as exc:
             raise load_error(name, exc) from exc
+        await self._load_waiting_ensembles()
+
+    async def _load_waiting_ensembles(self) -> None:
+        """Load the ensembles a composing model's unload took down, once they can serve."""
+        for name in sorted(self._waiting_ensembles):
+            record = self.models.record(name)
+            config = record.config if record else None
+            if config is None or not all(self.models.is_ready(m) for m in composing_models(config)):
+                continue
+            self._waiting_ensembles.discard(name)
+            await self._load_logged(name)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Triton's repository unload: the model stops serving at once; the call returns when
@@ -409,7 +424,20 @@ class InferenceCore:
 
     async def _unload_each(self, names: Sequence[str]) -> None:
         for each in names:
+            self._waiting_ensembles.discard(each)
             await self.models.unload(each)
+            await self._unload_dependents(each)
+
+    async def _unload_dependents(self, name: str) -> None:
+        """Unload the serving ensembles that use ``name`` (and those that use them)."""
+        for record in self.models.records():
+            config = record.config
+            if not record.versions or config is None or not cfg.is_ensemble(config):
+                continue
+            if name in composing_models(config):
+                self._waiting_ensembles.add(record.name)
+                await self.models.unload(record.name)
+                await self._unload_dependents(record.name)
 
 
 def load_error(name: str, error: WorkbenchError) -> WorkbenchError:

@@ -75,7 +75,8 @@ class ModelRecord:
     reason: str = ""
     config: ModelConfig | None = None
     versions: dict[int, ServingModel] = field(default_factory=dict)
-    #: versions that served before an unload; Triton keeps listing them as UNAVAILABLE
+    #: versions that served before an unload, or the one whose load failed: Triton keeps
+    #: listing them as UNAVAILABLE
     retired: list[int] = field(default_factory=list)
     #: the temporary folder of a load with ``file:`` parameters the versions run from;
     #: deleted once they are retired (unload, a reload, stop), as Triton's localize agent does
@@ -180,6 +181,8 @@ class ModelManager:
         except VersionLoadError as exc:
             record.reason = exc.reason
             record.state = ModelState.READY if record.versions else ModelState.UNAVAILABLE
+            if not record.versions:  # Triton lists the version that failed
+                record.retired = [exc.version]
             raise
         except WorkbenchError as exc:
             record.reason = str(exc)
@@ -263,12 +266,24 @@ class ModelManager:
                     f"failed to load '{name}': config.pbtxt names no backend or platform"
                 )
             if not self.options.strict_config:
-                latest = self.repository.available_versions_at(path)
-                version_path = path / str(max(latest)) if latest else path
-                get_backend(backend_for(config)).auto_complete(config, path, version_path)
+                self._auto_complete(config, path)
         cfg.fill_defaults(config, gpu_count=self.options.gpu_count)
         cfg.check(config, model_name=name, model_path=path)
         return config
+
+    def _auto_complete(self, config: ModelConfig, path: Path) -> None:
+        """The backend's auto-complete, from the latest version's files. Triton runs it while
+        that version loads, so a failure (e.g. ``model.py`` raising at import) is that
+        version's: "version 1 is at UNAVAILABLE state: Internal: ...", listed with its version.
+        """
+        latest = self.repository.available_versions_at(path)
+        version_path = path / str(max(latest)) if latest else path
+        try:
+            get_backend(backend_for(config)).auto_complete(config, path, version_path)
+        except WorkbenchError as exc:
+            if not latest:
+                raise
+            raise VersionLoadError(max(latest), exc) from exc
 
     async def _build_one(self, config: ModelConfig, path: Path, version: int) -> ServingModel:
         """Build a version; a backend model's failure says which version, as Triton does."""

@@ -15,6 +15,7 @@ import importlib.util
 import itertools
 import re
 import sys
+import traceback
 import types
 from pathlib import Path
 
@@ -47,26 +48,33 @@ def load_module(model_name: str, model_file: Path) -> types.ModuleType:
     package_module.__path__ = [str(version_dir)]
     sys.modules[package] = package_module
     name = f"{package}.{model_file.stem}"
-    spec = importlib.util.spec_from_file_location(name, model_file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        # imported by name, as Triton's stub does: a failure shows the same importlib frames
+        module = importlib.import_module(name)
     except Exception as exc:
-        unload_module(module)
-        raise InternalError(
-            f"failed to load python model '{model_name}' from {model_file}: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+        _forget(package)
+        # skipped: this function, importlib.import_module and _gcd_import
+        raise InternalError(python_error_text(exc, skip=3)) from exc
     if not isinstance(getattr(module, "TritonPythonModel", None), type):
         unload_module(module)
         raise InternalError(f"python model '{model_name}' does not define class TritonPythonModel")
     return module
 
 
+def python_error_text(exc: BaseException, skip: int = 0) -> str:
+    """An exception as Triton's python backend words it: ``Type: message``, a blank line,
+    ``At:`` and the frames innermost first as ``  file(line): function`` (``skip`` drops
+    that many outermost frames: ours, not the model's)."""
+    frames = traceback.extract_tb(exc.__traceback__)[skip:]
+    lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    return f"{type(exc).__name__}: {exc}\n\nAt:\n{lines}"
+
+
 def unload_module(module: types.ModuleType) -> None:
     """Forget a module imported by ``load_module`` (and its private package)."""
-    package = module.__name__.rpartition(".")[0]
+    _forget(module.__name__.rpartition(".")[0])
+
+
+def _forget(package: str) -> None:
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
