@@ -238,7 +238,11 @@ def test_exception_in_execute_fails_every_request(repo: Path) -> None:
     x = np.ones((1, 2), np.float32)
     results = instance.execute([request({"X": x}, mode="raise"), request({"X": x})])
     assert all(isinstance(r.error, InternalError) for r in results)
-    assert "boom" in str(results[0].error) and "'errors'" in str(results[0].error)
+    # as Triton's python backend: the instance's name, the exception, the model's frames
+    assert str(results[0].error).startswith(
+        "Failed to process the request(s) for model 'errors_0_0', message: "
+    )
+    assert "boom\n\nAt:\n" in str(results[0].error) and "model.py(" in str(results[0].error)
     assert not any(r.error_is_response for r in results)
 
 

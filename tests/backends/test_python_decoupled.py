@@ -187,7 +187,8 @@ def test_execute_must_return_none(repo: Path, instances: list[Any], in_process: 
     req, stream = _streaming(1, mode="return")
     instance.execute([req])
     assert stream.error() == (
-        "Failed to process the request(s) for model 'repeat', message: Python model 'repeat' "
+        "Failed to process the request(s) for model 'repeat_0_0', message: Python model "
+        "'repeat_0_0' "
         "is using the decoupled mode and the execute function must return None."
     )
     assert len(stream.items) == 1

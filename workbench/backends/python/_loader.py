@@ -22,6 +22,9 @@ from pathlib import Path
 from workbench.backends.python import pb_utils
 from workbench.errors import InternalError, NotFoundError
 
+#: this package's folder: its frames are left out of a model's traceback
+_PACKAGE = str(Path(__file__).resolve().parents[2]) + "/"
+
 _counter = itertools.count()
 #: the model folders this process put on ``sys.path`` (a stub must not inherit other models')
 ADDED_PATHS: set[str] = set()
@@ -53,8 +56,8 @@ def load_module(model_name: str, model_file: Path) -> types.ModuleType:
         module = importlib.import_module(name)
     except Exception as exc:
         _forget(package)
-        # skipped: this function, importlib.import_module and _gcd_import
-        raise InternalError(python_error_text(exc, skip=3)) from exc
+        # skipped after this function: importlib.import_module and _gcd_import
+        raise InternalError(python_error_text(exc, skip=2)) from exc
     if not isinstance(getattr(module, "TritonPythonModel", None), type):
         unload_module(module)
         raise InternalError(f"python model '{model_name}' does not define class TritonPythonModel")
@@ -62,10 +65,16 @@ def load_module(model_name: str, model_file: Path) -> types.ModuleType:
 
 
 def python_error_text(exc: BaseException, skip: int = 0) -> str:
-    """An exception as Triton's python backend words it: ``Type: message``, a blank line,
-    ``At:`` and the frames innermost first as ``  file(line): function`` (``skip`` drops
-    that many outermost frames: ours, not the model's)."""
-    frames = traceback.extract_tb(exc.__traceback__)[skip:]
+    """An exception as Triton's python backend words it (pybind11's): ``Type: message``, a
+    blank line, ``At:`` and the frames innermost first as ``  file(line): function``.
+
+    The outermost frames that are this package's are left out (Triton's C++ calls the model
+    directly), then ``skip`` more.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    while frames and frames[0].filename.startswith(_PACKAGE):
+        frames.pop(0)
+    del frames[:skip]
     lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return f"{type(exc).__name__}: {exc}\n\nAt:\n{lines}"
 

@@ -24,7 +24,7 @@ from workbench.backends._batching import declared_output_types, fail_all
 from workbench.backends.base import ExecRequest, ExecResult
 from workbench.backends.python import pb_utils
 from workbench.backends.python._bridge import to_pb_request, to_result
-from workbench.backends.python._loader import unload_module
+from workbench.backends.python._loader import python_error_text, unload_module
 from workbench.errors import InternalError, WorkbenchError
 
 if TYPE_CHECKING:
@@ -46,15 +46,23 @@ class ModelSpec:
     outputs: tuple[str, ...]
     #: output name -> declared wire datatype
     declared: dict[str, str]
+    #: the instance's name (e.g. ``add_sub_0_0``): Triton's errors of ``execute`` name it
+    instance: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name Triton's python backend gives the model in its errors: the instance's."""
+        return self.instance or self.name
 
     @classmethod
-    def of(cls, config: model_config_pb2.ModelConfig) -> ModelSpec:
-        """The spec of a (completed) model configuration."""
+    def of(cls, config: model_config_pb2.ModelConfig, instance: str = "") -> ModelSpec:
+        """The spec of a (completed) model configuration, for the instance called ``instance``."""
         return cls(
             name=config.name,
             decoupled=config.model_transaction_policy.decoupled,
             outputs=tuple(out.name for out in config.output),
             declared=declared_output_types(config),
+            instance=instance,
         )
 
 
@@ -140,7 +148,7 @@ class ModelRunner:
         except WorkbenchError as error:
             return fail_all(len(requests), error)
         return [
-            to_result(response, request, self.spec.declared, self.spec.name)
+            to_result(response, request, self.spec.declared, self.spec.label)
             for response, request in zip(responses, requests, strict=True)
         ]
 
@@ -167,7 +175,7 @@ class ModelRunner:
         try:
             if self._call("execute", pb_requests, background=background) is not None:
                 raise _ExecuteError(
-                    f"Python model '{self.spec.name}' is using the decoupled mode and the "
+                    f"Python model '{self.spec.label}' is using the decoupled mode and the "
                     "execute function must return None."
                 )
         except Exception as exc:
@@ -195,9 +203,9 @@ class ModelRunner:
         _fail_open(pb_requests, requests, error)
 
     def _execute_error(self, exc: BaseException) -> InternalError:
-        message = str(exc) if isinstance(exc, _ExecuteError) else f"{type(exc).__name__}: {exc}"
+        message = str(exc) if isinstance(exc, _ExecuteError) else python_error_text(exc)
         return InternalError(
-            f"Failed to process the request(s) for model '{self.spec.name}', message: {message}"
+            f"Failed to process the request(s) for model '{self.spec.label}', message: {message}"
         )
 
     def _pb_request(self, request: ExecRequest) -> pb_utils.InferenceRequest:
@@ -216,7 +224,7 @@ class ModelRunner:
             )
         result = None
         if response is not None:
-            result = to_result(response, request, self.spec.declared, self.spec.name)
+            result = to_result(response, request, self.spec.declared, self.spec.label)
         respond(result, final)
 
     def finalize(self) -> None:

@@ -83,7 +83,7 @@ class PythonBackend:
         launch = StubLaunch(
             instance_name=context.instance_name,
             model_file=model_file,
-            spec=ModelSpec.of(context.config),
+            spec=ModelSpec.of(context.config, context.instance_name),
             args=initialize_args(context),
             client=context.client,
             exit_deadline=context.exit_deadline,
@@ -147,7 +147,8 @@ class PythonModelInstance:
     def __init__(self, context: InstanceContext, module: Any, scope: pb_utils._ModelScope) -> None:
         self.context = context
         self._module = module
-        self._runner = ModelRunner(ModelSpec.of(context.config), module, scope)
+        spec = ModelSpec.of(context.config, context.instance_name)
+        self._runner = ModelRunner(spec, module, scope)
 
     def initialize(self) -> None:
         """Build ``TritonPythonModel`` and call its ``initialize(args)``; failures raise."""
