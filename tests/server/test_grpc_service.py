@@ -310,10 +310,10 @@ def test_trace_and_shared_memory_answer_as_over_http(grpc_server: GrpcServer) ->
     assert client.get_cuda_shared_memory_status(as_json=True) == {}
     client.unregister_system_shared_memory("r")
     client.unregister_cuda_shared_memory()
-    register = pb.SystemSharedMemoryRegisterRequest(name="r", key="/k", byte_size=16)
+    register = pb.SystemSharedMemoryRegisterRequest(name="r", key="/wb_no_such_key", byte_size=16)
     assert _code(lambda: stub.SystemSharedMemoryRegister(register)) == (
-        grpc.StatusCode.UNIMPLEMENTED,
-        "system shared memory is not supported by this server",
+        grpc.StatusCode.INTERNAL,
+        "Unable to open shared memory region: '/wb_no_such_key'",
     )
     cuda = pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=16)
     assert _code(lambda: stub.CudaSharedMemoryRegister(cuda)) == (

@@ -218,7 +218,9 @@ BAD_REQUESTS = [
     ("GET", "/v2/models/add_one/versions/1/trace/setting", None, {}, 404, "Not Found"),
     ("POST", "/v2/models/add_one/generate", b"{}", {}, 400, "expected 1 inputs but got 0 inputs"),
     ("GET", "/v2/systemsharedmemory/status", None, {}, 200, None),
-    ("POST", "/v2/systemsharedmemory/region/r/register", b"{}", {}, 501, "not supported"),
+    ("POST", "/v2/systemsharedmemory/region/r/register", b"{}", {}, 400, "has no 'key' field"),
+    ("POST", "/v2/systemsharedmemory/region/r/register", b'{"key": "/wb_no_such_key",'
+     b' "byte_size": 16}', {}, 500, "Unable to open shared memory region: '/wb_no_such_key'"),
     ("POST", "/v2/cudasharedmemory/region/r/register", b"{}", {}, 400, "GPUs not supported"),
 ]  # fmt: skip
 

@@ -6,6 +6,7 @@ wire format.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench._types import Parameters, Tensor
@@ -29,6 +30,29 @@ class InferRequest:
     respond: ResponseSender | None = None
     #: inputs the codec could not make an array of (see ``DeferredInput``), by name
     deferred_inputs: dict[str, DeferredInput] | None = None
+    #: the shared-memory regions the request reads and writes (see ``SharedMemoryUse``)
+    shared_memory: SharedMemoryUse | None = None
+
+
+@dataclass(slots=True)
+class SharedMemoryUse:
+    """The shared-memory regions a front end lent one request (``server/shared_memory.py``).
+
+    Inputs read from a region are numpy views of it; the outputs named in ``outputs`` are
+    written into their region, instead of into the reply, once the core has answered. The core
+    passes this along untouched. ``release`` ends the request's use of the regions, which
+    until then cannot be unregistered (Triton's ``SharedMemoryManager::UnregisterHelper``).
+    """
+
+    #: output name -> the bytes of its region it must fit in (the request's offset and size)
+    outputs: dict[str, memoryview] = field(default_factory=dict)
+    #: one per region reference taken for the request
+    releases: list[Callable[[], None]] = field(default_factory=list)
+
+    def release(self) -> None:
+        releases, self.releases = self.releases, []
+        for release in releases:
+            release()
 
 
 @dataclass(frozen=True, slots=True)

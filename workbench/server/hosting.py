@@ -46,6 +46,7 @@ from workbench.server.restricted import (
     grpc_restrictions,
     http_restrictions,
 )
+from workbench.server.shared_memory import SharedMemoryRegistry
 
 log = logging.getLogger("workbench.server")
 #: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
@@ -217,6 +218,8 @@ class Server:
         self._metrics_task: asyncio.Task[None] | None = None
         self._grpc: GrpcFrontend | None = None
         self._grpc_port = 0
+        #: the registered shared-memory regions, shared by HTTP and gRPC; unmapped at stop
+        self.shared_memory = SharedMemoryRegistry()
         self._started = threading.Event()
         self._error: BaseException | None = None
 
@@ -410,6 +413,7 @@ class Server:
                 max_input_bytes=self.options.max_input_bytes,
                 log_settings=log_settings,
                 restrictions=self.options.http_restrictions,
+                shared_memory=self.shared_memory,
             )
             assert self._socket is not None
             limits = self.options.http_limits
@@ -428,6 +432,7 @@ class Server:
             await self._http.serve()
         finally:
             await self._stop_frontends(metrics)
+            self.shared_memory.close()
             self.stopped_in_time = await core.stop(self._exit_time_left())
 
     def _metrics_config(self, app: Callable[..., Any]) -> uvicorn.Config:
@@ -446,7 +451,11 @@ class Server:
         if options is None:
             return
         self._grpc = GrpcFrontend(
-            core, options, log_settings=log_settings, extensions=DEFAULT_EXTENSIONS
+            core,
+            options,
+            log_settings=log_settings,
+            extensions=DEFAULT_EXTENSIONS,
+            shared_memory=self.shared_memory,
         )
         self._grpc_port = await self._grpc.start()
         log.info("Started GRPCInferenceService at %s:%d", options.address, self._grpc_port)

@@ -1,8 +1,9 @@
 """The gRPC repository, logging, trace and shared-memory RPCs over the core.
 
 Each mirrors its ``CommonHandler::Register*`` counterpart in Triton 2.51's
-``src/grpc/grpc_server.cc``: typed parameters are checked with Triton's texts, and what the
-HTTP side does not support (tracing, shared memory) answers the same way it answers there.
+``src/grpc/grpc_server.cc``: typed parameters are checked with Triton's texts, shared memory
+goes to the registry HTTP shares, and what the HTTP side does not support (tracing, CUDA
+shared memory) answers the same way it answers there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from workbench.core.inference_core import InferenceCore
 from workbench.errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from workbench.server.log_settings import LogSettings
+from workbench.server.shared_memory import CUDA, SharedMemoryRegistry
 
 LogValue = pb.LogSettingsRequest.SettingValue
 _NO_REPOSITORY_NAME = "'repository_name' specification is not supported"
@@ -124,17 +126,45 @@ def trace_setting(request: pb.TraceSettingRequest) -> Message:
     raise UnavailableError("the server does not support trace")
 
 
-# -- shared memory: no region can be registered, as over HTTP -----------------------------------
-def system_shm_status(request: pb.SystemSharedMemoryStatusRequest) -> Message:
-    return pb.SystemSharedMemoryStatusResponse()
+# -- shared memory: the registry HTTP shares; CUDA regions as a build without GPUs ------------
+def system_shm_status(
+    regions: SharedMemoryRegistry, request: pb.SystemSharedMemoryStatusRequest
+) -> Message:
+    status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+    response = pb.SystemSharedMemoryStatusResponse()
+    for entry in regions.status(request.name):
+        response.regions[entry["name"]].CopyFrom(status(**entry))
+    return response
 
 
-def system_shm_register(request: pb.SystemSharedMemoryRegisterRequest) -> Message:
-    raise UnsupportedError("system shared memory is not supported by this server")
+def system_shm_register(
+    regions: SharedMemoryRegistry, request: pb.SystemSharedMemoryRegisterRequest
+) -> Message:
+    # Triton passes the name on as it is: an empty one is registered under "" (and is then
+    # what an unregister without a name would also remove)
+    regions.register_system(request.name, request.key, request.offset, request.byte_size)
+    return pb.SystemSharedMemoryRegisterResponse()
 
 
-def cuda_shm_status(request: pb.CudaSharedMemoryStatusRequest) -> Message:
+def system_shm_unregister(
+    regions: SharedMemoryRegistry, request: pb.SystemSharedMemoryUnregisterRequest
+) -> Message:
+    regions.unregister(request.name)
+    return pb.SystemSharedMemoryUnregisterResponse()
+
+
+def cuda_shm_status(
+    regions: SharedMemoryRegistry, request: pb.CudaSharedMemoryStatusRequest
+) -> Message:
+    regions.status(request.name, CUDA)  # no CUDA region exists: only errors to answer
     return pb.CudaSharedMemoryStatusResponse()
+
+
+def cuda_shm_unregister(
+    regions: SharedMemoryRegistry, request: pb.CudaSharedMemoryUnregisterRequest
+) -> Message:
+    regions.unregister(request.name, CUDA)
+    return pb.CudaSharedMemoryUnregisterResponse()
 
 
 def cuda_shm_register(request: pb.CudaSharedMemoryRegisterRequest) -> Message:
@@ -146,12 +176,14 @@ def cuda_shm_register(request: pb.CudaSharedMemoryRegisterRequest) -> Message:
 __all__ = [
     "cuda_shm_register",
     "cuda_shm_status",
+    "cuda_shm_unregister",
     "load",
     "load_parameters",
     "log_settings",
     "repository_index",
     "system_shm_register",
     "system_shm_status",
+    "system_shm_unregister",
     "trace_setting",
     "unload",
 ]

@@ -20,6 +20,7 @@ from workbench.server.grpc.service import InferenceService
 from workbench.server.grpc.unparsable import add_service
 from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
+from workbench.server.shared_memory import SharedMemoryRegistry
 
 #: ``--grpc-infer-response-compression-level`` -> the algorithm gRPC core picks for that level
 #: when the client accepts gzip and deflate (as grpcio and Triton's clients do): the first of
@@ -55,6 +56,7 @@ class GrpcFrontend:
         *,
         log_settings: LogSettings,
         extensions: tuple[str, ...],
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         _check(options)
         self.core = core
@@ -65,6 +67,7 @@ class GrpcFrontend:
             extensions=extensions,
             max_message_bytes=options.max_message_bytes,
             compression=COMPRESSION_LEVELS[options.infer_compression.lower()],
+            shared_memory=shared_memory,
         )
         self._server: Any = None
         self.port = 0

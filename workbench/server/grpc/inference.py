@@ -2,7 +2,8 @@
 
 The checks run in Triton 2.51's order (``ModelInferHandler::Execute``): the version string,
 the model (and its transaction policy), the request parameters, the inputs and outputs; then
-the core validates the request against the model configuration.
+the core validates the request against the model configuration. Shared-memory regions a
+request names are in use until its last response is encoded (``PreparedRequest.release``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from workbench.server.classification import classify_outputs
 from workbench.server.grpc.parameters import RequestParameters, model_version
 from workbench.server.grpc.request_codec import decode_request
 from workbench.server.grpc.response_codec import encode_response
+from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 
 
 @dataclass(slots=True)
@@ -36,10 +38,20 @@ class PreparedRequest:
     def encode(
         self, response: InferResponse, core: InferenceCore, limit: int
     ) -> ModelInferResponse:
-        """One response as its message, after the classification extension."""
+        """One response as its message, after the classification extension (and with the
+        outputs asked for in shared memory written there)."""
+        in_regions: dict[str, memoryview] = {}
+        if self.request.shared_memory is not None:
+            write_outputs(self.request.shared_memory, response)
+            in_regions = self.request.shared_memory.outputs
         classify_outputs(core, self.request, response, self.config.max_batch_size > 0)
         filtered = self.request if self.decoupled else None
-        return encode_response(response, filtered, limit)
+        return encode_response(response, filtered, limit, in_regions)
+
+    def release(self) -> None:
+        """End the request's use of its shared-memory regions (once it has been answered)."""
+        if self.request.shared_memory is not None:
+            self.request.shared_memory.release()
 
 
 def model_config_of(core: InferenceCore, message: ModelInferRequest) -> tuple[str, ModelConfig]:
@@ -48,17 +60,25 @@ def model_config_of(core: InferenceCore, message: ModelInferRequest) -> tuple[st
     return version, core.model_config(message.model_name, version)
 
 
-def prepare(message: ModelInferRequest, version: str, config: ModelConfig) -> PreparedRequest:
-    request, parameters = decode_request(message, version)
+def prepare(
+    message: ModelInferRequest,
+    version: str,
+    config: ModelConfig,
+    regions: SharedMemoryRegistry | None = None,
+) -> PreparedRequest:
+    request, parameters = decode_request(message, version, regions)
     return PreparedRequest(request, parameters, config)
 
 
 class InferHandler:
     """Serves ``ModelInfer`` on one core."""
 
-    def __init__(self, core: InferenceCore, limit: int) -> None:
+    def __init__(
+        self, core: InferenceCore, limit: int, regions: SharedMemoryRegistry | None = None
+    ) -> None:
         self.core = core
         self.limit = limit
+        self.regions = regions
 
     async def __call__(self, message: ModelInferRequest) -> ModelInferResponse:
         version, config = model_config_of(self.core, message)
@@ -66,9 +86,12 @@ class InferHandler:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
-        prepared = prepare(message, version, config)
-        response = await self.core.infer(prepared.request)
-        return prepared.encode(response, self.core, self.limit)
+        prepared = prepare(message, version, config, self.regions)
+        try:
+            response = await self.core.infer(prepared.request)
+            return prepared.encode(response, self.core, self.limit)
+        finally:
+            prepared.release()
 
 
 __all__ = ["InferHandler", "PreparedRequest", "model_config_of", "prepare"]

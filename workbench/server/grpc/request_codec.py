@@ -2,9 +2,10 @@
 
 Follows ``InferGRPCToInput`` and ``InferAllocatorPayload`` (``src/grpc/infer_handler.cc``,
 ``infer_handler.h``) of Triton 2.51: an input's data comes from its typed ``contents`` or, in
-input order, from ``raw_input_contents`` (never both in one request), and tensor bytes become
-numpy arrays over the request's own buffers (``numpy.frombuffer``, no copy). Byte-size and
-BYTES errors come from the same helpers as the HTTP side, so the texts are the same.
+input order, from ``raw_input_contents`` (never both in one request), or from a registered
+shared-memory region, and tensor bytes become numpy arrays over the request's own buffers or
+the region's mapping (``numpy.frombuffer``, no copy). Byte-size and BYTES errors come from the
+same helpers as the HTTP side, so the texts are the same.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from tritonclient.grpc.service_pb2 import InferTensorContents, ModelInferRequest
 from workbench._types import Parameters, Tensor, serialize_bytes
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import DeferredInput, InferRequest
-from workbench.errors import InvalidArgumentError, NotFoundError
+from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.parameters import RequestParameters, request_parameters
-from workbench.server.grpc.shared_memory import region_not_found, shared_memory_region
+from workbench.server.grpc.shared_memory import shared_memory_region, tensor_memory
+from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.tensor_bytes import (
     deserialize_bytes,
     request_prefix,
@@ -48,9 +50,13 @@ _NARROW.update({"UINT8": "uint_contents", "UINT16": "uint_contents"})
 
 
 def decode_request(
-    message: ModelInferRequest, version: str
+    message: ModelInferRequest, version: str, regions: SharedMemoryRegistry | None = None
 ) -> tuple[InferRequest, RequestParameters]:
-    """The core's request for ``message`` (``version`` already checked) and its parameters."""
+    """The core's request for ``message`` (``version`` already checked) and its parameters.
+
+    Tensors in shared memory use ``regions`` (none found without it); the request's
+    ``shared_memory`` then holds them in use until the caller releases it.
+    """
     params = request_parameters(message.parameters)
     request = InferRequest(
         model_name=message.model_name,
@@ -58,12 +64,19 @@ def decode_request(
         id=message.id,
         parameters=params.values,
     )
-    _decode_inputs(message, request)
-    _decode_outputs(message, request)
+    try:
+        _decode_inputs(message, request, regions)
+        _decode_outputs(message, request, regions)
+    except BaseException:
+        if request.shared_memory is not None:
+            request.shared_memory.release()  # a refused request uses no region
+        raise
     return request, params
 
 
-def _decode_inputs(message: ModelInferRequest, request: InferRequest) -> None:
+def _decode_inputs(
+    message: ModelInferRequest, request: InferRequest, regions: SharedMemoryRegistry | None
+) -> None:
     raw = message.raw_input_contents
     next_raw = 0
     for spec in message.inputs:
@@ -73,8 +86,13 @@ def _decode_inputs(message: ModelInferRequest, request: InferRequest) -> None:
             )
         region = shared_memory_region(spec)
         if region is not None:
-            raise _shared_memory(spec, region, message.model_name)
-        if spec.HasField("contents"):
+            if spec.HasField("contents"):
+                raise InvalidArgumentError(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{spec.name}' for model '{message.model_name}'"
+                )
+            array = _raw_array(tensor_memory(spec, region, request, regions), spec, request)
+        elif spec.HasField("contents"):
             if raw:
                 raise InvalidArgumentError(
                     "contents field must not be specified when using raw_input_contents for "
@@ -96,17 +114,6 @@ def _datatype(spec: InputTensor) -> str:
     # An unknown type reaches the core as Triton's "<invalid>", which the core rejects with
     # Triton's own text ("data-type is '<invalid>', but model ... expects ...").
     return spec.datatype if spec.datatype in WIRE_TO_NUMPY else "<invalid>"
-
-
-def _shared_memory(
-    spec: InputTensor, region: str, model: str
-) -> InvalidArgumentError | NotFoundError:
-    if spec.HasField("contents"):
-        return InvalidArgumentError(
-            "unexpected 'content' provided when using shared memory for input tensor "
-            f"'{spec.name}' for model '{model}'"
-        )
-    return region_not_found(region)
 
 
 def _raw_array(chunk: memoryview, spec: InputTensor, request: InferRequest) -> np.ndarray:
@@ -176,22 +183,27 @@ def _as_input(
     return _raw_array(chunk, spec, request)
 
 
-def _decode_outputs(message: ModelInferRequest, request: InferRequest) -> None:
+def _decode_outputs(
+    message: ModelInferRequest, request: InferRequest, regions: SharedMemoryRegistry | None
+) -> None:
     if not message.outputs:
         return
     names: list[str] = []
     for spec in message.outputs:
-        params = _output_parameters(spec)
+        params, region = _output_parameters(spec)
+        memory = None if region is None else tensor_memory(spec, region, request, regions)
         if spec.name in names:
             continue  # Triton's core keeps a set of them: a name asked twice answers once
         names.append(spec.name)
         if params:
             request.output_parameters[spec.name] = params
+        if memory is not None and request.shared_memory is not None:
+            request.shared_memory.outputs[spec.name] = memory
     request.requested_outputs = names
 
 
-def _output_parameters(spec: OutputTensor) -> Parameters:
-    """``classification`` of one requested output; shared memory is refused."""
+def _output_parameters(spec: OutputTensor) -> tuple[Parameters, str | None]:
+    """``classification`` of one requested output, and the region it is to be written into."""
     region = shared_memory_region(spec)
     count = 0
     if "classification" in spec.parameters:
@@ -205,13 +217,11 @@ def _output_parameters(spec: OutputTensor) -> Parameters:
             raise InvalidArgumentError(
                 "invalid value for 'classification' parameter, expected >= 0"
             )
-    if region is not None:
-        if count:
-            raise InvalidArgumentError(
-                "output can't set both 'shared_memory_region' and 'classification'"
-            )
-        raise region_not_found(region)
-    return {"classification": count} if count else {}
+    if region is not None and count:
+        raise InvalidArgumentError(
+            "output can't set both 'shared_memory_region' and 'classification'"
+        )
+    return ({"classification": count} if count else {}), region
 
 
 __all__ = ["decode_request"]

@@ -3,10 +3,14 @@
 As Triton 2.51 does (``InferResponseCompleteCommon`` in ``src/grpc/infer_handler.h``): every
 output's data goes to ``raw_output_contents`` (the typed ``contents`` are never used in
 responses), response parameters become ``InferParameter`` values, and a response larger than
-the message limit is an ``INVALID_ARGUMENT`` error rather than a transport failure.
+the message limit is an ``INVALID_ARGUMENT`` error rather than a transport failure. An output
+written into shared memory keeps its entry and gets empty raw contents (Triton's allocator
+adds one for every output, ``ResponseAllocatorHelper`` in ``infer_handler.cc``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from tritonclient.grpc.service_pb2 import InferParameter, ModelInferResponse
 
@@ -21,12 +25,16 @@ FINAL_RESPONSE = "triton_final_response"
 
 
 def encode_response(
-    response: InferResponse, request: InferRequest | None = None, limit: int = MAX_MESSAGE_BYTES
+    response: InferResponse,
+    request: InferRequest | None = None,
+    limit: int = MAX_MESSAGE_BYTES,
+    in_regions: Collection[str] = (),
 ) -> ModelInferResponse:
     """The gRPC message for ``response``.
 
     ``request``: when given with requested outputs, only those are kept (a decoupled model's
-    responses are not filtered by the core).
+    responses are not filtered by the core). ``in_regions``: the outputs already written into
+    shared memory.
     """
     message = ModelInferResponse(
         model_name=response.model_name,
@@ -42,6 +50,9 @@ def encode_response(
             continue
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype)
         output.shape.extend(tensor.shape)
+        if tensor.name in in_regions:
+            message.raw_output_contents.append(b"")  # already written into its region
+            continue
         buffer = tensor_buffer(tensor.array, tensor.datatype)
         size += len(buffer)
         message.raw_output_contents.append(bytes(buffer))

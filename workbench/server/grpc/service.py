@@ -25,6 +25,7 @@ from workbench.server.grpc.inference import InferHandler
 from workbench.server.grpc.parameters import model_version
 from workbench.server.grpc.stream import serve_stream
 from workbench.server.log_settings import LogSettings
+from workbench.server.shared_memory import SharedMemoryRegistry
 
 Context = Any  # grpc.aio.ServicerContext, untyped in grpcio
 
@@ -40,6 +41,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         extensions: tuple[str, ...],
         max_message_bytes: int,
         compression: Any = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         self.core = core
         self.log_settings = log_settings
@@ -47,7 +49,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.max_message_bytes = max_message_bytes
         #: ``grpc.Compression`` for infer responses, ``None`` for none
         self.compression = compression
-        self._infer = InferHandler(core, max_message_bytes)
+        #: the registered shared-memory regions (the server's, which HTTP shares)
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._infer = InferHandler(core, max_message_bytes, self.shared_memory)
 
     # -- health and metadata -------------------------------------------------------------------
     @aborts_on_error
@@ -108,7 +112,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         if self.compression is not None:
             context.set_compression(self.compression)
         try:
-            await serve_stream(self.core, request_iterator, context, self.max_message_bytes)
+            await serve_stream(
+                self.core, request_iterator, context, self.max_message_bytes, self.shared_memory
+            )
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug ends this stream, not the server
@@ -146,25 +152,25 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> Message:
-        return control.system_shm_status(request)
+        return control.system_shm_status(self.shared_memory, request)
 
     @aborts_on_error
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> Message:
-        return control.system_shm_register(request)
+        return control.system_shm_register(self.shared_memory, request)
 
     @aborts_on_error
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> Message:
-        return pb.SystemSharedMemoryUnregisterResponse()
+        return control.system_shm_unregister(self.shared_memory, request)
 
     @aborts_on_error
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> Message:
-        return control.cuda_shm_status(request)
+        return control.cuda_shm_status(self.shared_memory, request)
 
     @aborts_on_error
     async def CudaSharedMemoryRegister(
@@ -176,7 +182,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> Message:
-        return pb.CudaSharedMemoryUnregisterResponse()
+        return control.cuda_shm_unregister(self.shared_memory, request)
 
 
 __all__ = ["InferenceService"]

@@ -1,15 +1,18 @@
 """The shared-memory parameters of a request's input or output tensor.
 
-Checked as Triton 2.51's ``ParseSharedMemoryParams`` (``src/grpc/grpc_utils.h``) checks them.
-No region can be registered with this server (see the shared-memory RPCs), so a well-formed
-reference to one is answered as Triton answers an unknown region: ``NOT_FOUND``.
+Checked as Triton 2.51's ``ParseSharedMemoryParams`` (``src/grpc/grpc_utils.h``) checks them,
+then looked up in the server's registry (``workbench/server/shared_memory.py``) as
+``InferGRPCToInput`` and ``InferAllocatorPayload`` do: the offset defaults to 0, and both
+numbers are int64 values that Triton reads as ``size_t`` (a negative one is out of range).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from workbench.errors import InvalidArgumentError, NotFoundError
+from workbench.core.request import InferRequest, SharedMemoryUse
+from workbench.errors import InvalidArgumentError
+from workbench.server.shared_memory import SharedMemoryRegistry, lease
 
 REGION = "shared_memory_region"
 _SIZES = ("shared_memory_offset", "shared_memory_byte_size")
@@ -47,8 +50,15 @@ def shared_memory_region(tensor: Any) -> str | None:
     return region
 
 
-def region_not_found(region: str) -> NotFoundError:
-    return NotFoundError(f"Unable to find shared memory region: '{region}'")
+def tensor_memory(
+    tensor: Any, region: str, request: InferRequest, regions: SharedMemoryRegistry | None
+) -> memoryview:
+    """The bytes of ``region`` that a checked tensor names, in use by ``request`` from now."""
+    params = tensor.parameters
+    offset = params[_SIZES[0]].int64_param if _SIZES[0] in params else 0
+    byte_size = params[_SIZES[1]].int64_param
+    use = request.shared_memory = request.shared_memory or SharedMemoryUse()
+    return lease(regions, use, region, offset, byte_size)
 
 
-__all__ = ["REGION", "region_not_found", "shared_memory_region"]
+__all__ = ["REGION", "shared_memory_region", "tensor_memory"]

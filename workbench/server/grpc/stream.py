@@ -35,6 +35,7 @@ from workbench.core.request import InferResponse
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.grpc.inference import PreparedRequest, model_config_of, prepare
 from workbench.server.grpc.response_codec import set_final
+from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.status import error_message, grpc_status
 
 log = logging.getLogger("workbench.server.grpc")
@@ -54,10 +55,17 @@ _Item: TypeAlias = "ModelStreamInferResponse | _Abort | None"
 class StreamSession:
     """One ``ModelStreamInfer`` call: reads requests, serves each, writes responses in turn."""
 
-    def __init__(self, core: InferenceCore, context: Any, limit: int) -> None:
+    def __init__(
+        self,
+        core: InferenceCore,
+        context: Any,
+        limit: int,
+        regions: SharedMemoryRegistry | None = None,
+    ) -> None:
         self.core = core
         self.context = context
         self.limit = limit
+        self.regions = regions
         self.grpc_errors = _header(context, GRPC_ERROR_HEADER) == "true"
         self._out: asyncio.Queue[_Item] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -118,9 +126,14 @@ class StreamSession:
     async def _respond(self, message: ModelInferRequest) -> None:
         try:
             version, config = model_config_of(self.core, message)
-            prepared = prepare(message, version, config)
+            prepared = prepare(message, version, config, self.regions)
+        except WorkbenchError as exc:
+            self._put(_not_issued(message, exc))
+            return
+        try:
             responses = self.core.infer_stream(prepared.request)
         except WorkbenchError as exc:
+            prepared.release()
             self._put(_not_issued(message, exc))
             return
         try:
@@ -129,6 +142,8 @@ class StreamSession:
                     self._send(prepared, response, message)
         except WorkbenchError as exc:
             self._model_error(prepared, message, exc)
+        finally:
+            prepared.release()
 
     def _send(
         self, prepared: PreparedRequest, response: InferResponse, message: ModelInferRequest
@@ -205,9 +220,10 @@ async def serve_stream(
     requests: AsyncIterable[ModelInferRequest],
     context: Any,
     limit: int,
+    regions: SharedMemoryRegistry | None = None,
 ) -> None:
     """Serve one ``ModelStreamInfer`` call."""
-    await StreamSession(core, context, limit).run(requests)
+    await StreamSession(core, context, limit, regions).run(requests)
 
 
 __all__ = ["GRPC_ERROR_HEADER", "StreamSession", "serve_stream"]

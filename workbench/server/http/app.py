@@ -34,6 +34,7 @@ from workbench.server.http.messages import (
 )
 from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
+from workbench.server.shared_memory import SharedMemoryRegistry
 
 #: Triton's ``--http-max-input-size`` default (64 MiB).
 DEFAULT_MAX_INPUT_BYTES = 1 << 26
@@ -84,15 +85,18 @@ class HttpApp:
         extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
         log_settings: LogSettings | None = None,
         restrictions: Restrictions | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         self.core = core
+        #: the registered shared-memory regions (the server's, which gRPC shares)
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         #: ``--http-restricted-api``: group -> the header its requests must carry
         self.restrictions = dict(restrictions or {})
         self.max_input_bytes = max_input_bytes
         self.log_settings = log_settings or LogSettings()
-        self.infer = InferEndpoint(core, max_input_bytes)
+        self.infer = InferEndpoint(core, max_input_bytes, self.shared_memory)
         self.generate = GenerateEndpoint(core)
-        self.endpoints = Endpoints(core, extensions, self.log_settings)
+        self.endpoints = Endpoints(core, extensions, self.log_settings, self.shared_memory)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -250,13 +254,15 @@ def create_app(
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
     log_settings: LogSettings | None = None,
     restrictions: Restrictions | None = None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> HttpApp:
     """The ASGI application serving Triton's HTTP/REST API for ``core``.
 
     ``max_input_bytes`` is tritonserver's ``--http-max-input-size``; ``extensions`` is what
-    ``GET /v2`` advertises (add ``"sequence"`` when the core serves sequence batching);
-    ``log_settings`` is the state ``/v2/logging`` reads and updates; ``restrictions`` are the
-    API groups that need a header (``--http-restricted-api``).
+    ``GET /v2`` advertises; ``log_settings`` is the state ``/v2/logging`` reads and updates;
+    ``restrictions`` are the API groups that need a header (``--http-restricted-api``);
+    ``shared_memory`` holds the registered regions (a new, empty registry when not given; the
+    hosting server passes the one its gRPC endpoint shares).
     """
     return HttpApp(
         core,
@@ -264,6 +270,7 @@ def create_app(
         extensions=extensions,
         log_settings=log_settings,
         restrictions=restrictions,
+        shared_memory=shared_memory,
     )
 
 

@@ -1,5 +1,5 @@
 """Every HTTP endpoint except ``infer``: health, metadata, config, statistics, repository,
-logging, and Triton's answers for the extensions this server does not implement.
+logging, shared memory, and Triton's answers for the extensions this server does not implement.
 
 Each handler mirrors its ``HTTPAPIServer::Handle*`` counterpart in Triton 2.51's
 ``src/http_server.cc``: methods, status codes, bodies and error texts.
@@ -30,15 +30,20 @@ from workbench.server.http.messages import (
     error_text_reply,
     json_reply,
 )
+from workbench.server.http.shared_memory import register_arguments
 from workbench.server.log_settings import LogSettings
+from workbench.server.shared_memory import CUDA, SharedMemoryRegistry
 
-#: The extensions this server implements, in Triton's order (``GET /v2``).
+#: The extensions this server implements, in Triton's order (``GET /v2``); of Triton 2.51's
+#: list only "cuda_shared_memory" and "trace" are missing.
 DEFAULT_EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -50,11 +55,16 @@ class Endpoints:
     """The non-inference handlers over one ``InferenceCore``."""
 
     def __init__(
-        self, core: InferenceCore, extensions: tuple[str, ...], log_settings: LogSettings
+        self,
+        core: InferenceCore,
+        extensions: tuple[str, ...],
+        log_settings: LogSettings,
+        shared_memory: SharedMemoryRegistry,
     ) -> None:
         self.core = core
         self.extensions = extensions
         self.log_settings = log_settings
+        self.regions = shared_memory
 
     # -- server -----------------------------------------------------------------------------
     async def server_metadata(self, req: HttpRequest) -> Reply:
@@ -138,18 +148,26 @@ class Endpoints:
         raise UnavailableError("the server does not support tracing")
 
     async def shared_memory(self, req: HttpRequest, kind: str, region: str, action: str) -> Reply:
+        """``/v2/{system,cuda}sharedmemory[/region/{name}]/{status,register,unregister}``
+        (``HandleSystemSharedMemory`` and ``HandleCudaSharedMemory``: every answer is JSON)."""
         expected = "GET" if action == "status" else "POST"
         if req.method != expected:
-            return METHOD_NOT_ALLOWED
+            return json_reply({"error": "Method Not Allowed"}, 405)
         if action == "status":
-            return json_reply([])  # no region can be registered, so none is
+            return json_reply(self.regions.status(region, kind))
         if action == "unregister":
+            self.regions.unregister(region, kind)
             return EMPTY_OK
-        if kind == "cuda":
+        if not region:
+            raise InvalidArgumentError(
+                f"'region name' is necessary to register {kind} shared memory region"
+            )
+        if kind == CUDA:
             raise InvalidArgumentError(
                 f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
             )
-        raise UnsupportedError("system shared memory is not supported by this server")
+        self.regions.register_system(region, *register_arguments(req.body))
+        return EMPTY_OK
 
 
 def _parameters(req: HttpRequest) -> dict[str, Any]:

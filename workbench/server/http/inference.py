@@ -2,7 +2,9 @@
 
 Decompress, decode (JSON, binary tensors or raw binary), run on the core, apply the
 classification extension, encode, compress. No per-request validation framework: this is
-the path perf_analyzer measures.
+the path perf_analyzer measures. A request that reads or writes shared memory takes the full
+decoder (never the cached plan) and has its outputs copied into their regions before the reply
+is encoded; the regions stay in use until then.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.core.inference_core import InferenceCore
+from workbench.core.request import InferRequest
 from workbench.errors import UnsupportedError, WorkbenchError
 from workbench.server.classification import classify_outputs
 from workbench.server.http import compression
@@ -23,6 +26,7 @@ from workbench.server.http.messages import (
 from workbench.server.http.raw_request import decode_raw_request
 from workbench.server.http.request_codec import decode_infer_request, parse_header_length
 from workbench.server.http.response_codec import encode_binary_response, encode_infer_response
+from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 
 _JSON = (b"content-type", b"application/json")
 _BINARY = (b"content-type", b"application/octet-stream")
@@ -33,9 +37,15 @@ _INFER_HEADERS = frozenset({_HEADER_LENGTH, b"content-encoding", b"accept-encodi
 class InferEndpoint:
     """Serves infer requests on one ``InferenceCore``."""
 
-    def __init__(self, core: InferenceCore, max_input_bytes: int) -> None:
+    def __init__(
+        self,
+        core: InferenceCore,
+        max_input_bytes: int,
+        shared_memory: SharedMemoryRegistry | None = None,
+    ) -> None:
         self.core = core
         self.max_input_bytes = max_input_bytes
+        self.shared_memory = shared_memory
 
     async def __call__(self, req: HttpRequest, model: str, version: str) -> Reply:
         if req.method != "POST":
@@ -48,7 +58,11 @@ class InferEndpoint:
         if header_length == 0:
             request, binary_default = decode_raw_request(body, model, version, config), True
         else:
-            request, binary_default = decode_infer_request(body, header_length, model, version)
+            request, binary_default = decode_infer_request(
+                body, header_length, model, version, self.shared_memory
+            )
+        if request.shared_memory is not None:
+            return await self._in_shared_memory(request, binary_default, config, accept)
         try:
             response = await self.core.infer(request)
         except WorkbenchError as exc:
@@ -59,6 +73,29 @@ class InferEndpoint:
             if request.output_parameters:  # classes are only ever asked for there
                 classify_outputs(self.core, request, response, config.max_batch_size > 0)
             encoded = encode_infer_response(response, request, binary_default)
+        return _reply(encoded[0], encoded[1], accept)
+
+    async def _in_shared_memory(
+        self,
+        request: InferRequest,
+        binary_default: bool,
+        config: ModelConfig,
+        accept: bytes | None,
+    ) -> Reply:
+        """Serve a request with tensors in shared memory; its regions are in use until the
+        outputs asked for there are written (a too-small region is the model's failure, as in
+        Triton, whose allocator refuses the backend's output)."""
+        assert request.shared_memory is not None
+        try:
+            response = await self.core.infer(request)
+            write_outputs(request.shared_memory, response)
+        except WorkbenchError as exc:
+            return error_reply(exc, plain=exc.code != "INVALID_ARG")
+        finally:
+            request.shared_memory.release()
+        if request.output_parameters:
+            classify_outputs(self.core, request, response, config.max_batch_size > 0)
+        encoded = encode_infer_response(response, request, binary_default)
         return _reply(encoded[0], encoded[1], accept)
 
     def _prepare(

@@ -8,7 +8,11 @@ Three body layouts, as Triton 2.51 accepts them (``HTTPAPIServer::EVBufferToInpu
   bytes of each input that has ``parameters.binary_data_size``, in input order.
 - Raw binary (header length 0): the whole body is the one input of a one-input model.
 
-Tensor bytes become numpy arrays with ``numpy.frombuffer`` over the request body: no copies.
+An input may instead name a registered shared-memory region (``shared_memory_region`` in its
+parameters), and an output the region it is to be written into (``shared_memory.py``).
+
+Tensor bytes become numpy arrays with ``numpy.frombuffer`` over the request body or the
+region's mapping: no copies.
 Error texts and categories are Triton's, so clients see the same messages.
 """
 
@@ -23,10 +27,12 @@ import numpy as np
 from workbench._types import Parameters, Tensor, serialize_bytes
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import DeferredInput, InferRequest
-from workbench.errors import InternalError, InvalidArgumentError, NotFoundError
+from workbench.errors import InternalError, InvalidArgumentError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
 from workbench.server.http.request_plan import Body, cached_plan, make_plan, remember_plan
+from workbench.server.http.shared_memory import REGION, check_output, tensor_memory
+from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.tensor_bytes import (
     MAX_DIMS,
     MAX_ELEMENTS,
@@ -82,16 +88,23 @@ def _atoi(value: bytes) -> int:
 
 
 def decode_infer_request(
-    body: Body, header_length: int | None, model_name: str, model_version: str = ""
+    body: Body,
+    header_length: int | None,
+    model_name: str,
+    model_version: str = "",
+    regions: SharedMemoryRegistry | None = None,
 ) -> tuple[InferRequest, bool]:
     """Decode a JSON (or JSON + binary) infer request.
 
     Returns the request and whether outputs not listed in ``outputs`` are returned as binary
-    (the ``binary_data_output`` request parameter).
+    (the ``binary_data_output`` request parameter). Tensors in shared memory use ``regions``
+    (none found without it); the request's ``shared_memory`` then holds them in use until the
+    caller releases it.
     """
     if header_length is None:
         view = memoryview(body)
-        return _decode_document(_json.loads(view), view, len(view), model_name, model_version)
+        document = _json.loads(view)
+        return _decode_document(document, view, len(view), model_name, model_version, regions)
     header = bytes(body[:header_length])
     plan = cached_plan(header)
     document = None
@@ -105,22 +118,33 @@ def decode_infer_request(
         return request, False
     if document is None:
         document = _json.loads(header)
-    return _decode_document(document, memoryview(body), header_length, model_name, model_version)
+    view = memoryview(body)
+    return _decode_document(document, view, header_length, model_name, model_version, regions)
 
 
 def _decode_document(
-    document: Any, view: memoryview, end: int, model_name: str, model_version: str
+    document: Any,
+    view: memoryview,
+    end: int,
+    model_name: str,
+    model_version: str,
+    regions: SharedMemoryRegistry | None = None,
 ) -> tuple[InferRequest, bool]:
     """The full decoder: every field checked, Triton's error texts."""
     if not isinstance(document, dict):
         raise access_error("inputs", "", member="inputs")
     request = InferRequest(model_name=model_name, model_version=model_version)
-    request.id = _request_id(document)
-    request.parameters, binary_default = _request_parameters(document)
-    offset = _decode_inputs(document, view, end, request)
-    if offset != len(view):
-        raise InvalidArgumentError(f"unexpected additional input data for model '{model_name}'")
-    _decode_outputs(document, request)
+    try:
+        request.id = _request_id(document)
+        request.parameters, binary_default = _request_parameters(document)
+        offset = _decode_inputs(document, view, end, request, regions)
+        if offset != len(view):
+            raise InvalidArgumentError(f"unexpected additional input data for model '{model_name}'")
+        _decode_outputs(document, request, regions)
+    except BaseException:
+        if request.shared_memory is not None:
+            request.shared_memory.release()  # a refused request uses no region
+        raise
     return request, binary_default
 
 
@@ -168,7 +192,11 @@ def _is_uint(value: Any) -> bool:
 
 
 def _decode_inputs(
-    document: dict[str, Any], view: memoryview, offset: int, req: InferRequest
+    document: dict[str, Any],
+    view: memoryview,
+    offset: int,
+    req: InferRequest,
+    regions: SharedMemoryRegistry | None,
 ) -> int:
     """Add each input to ``req``; returns the body offset after the last binary input."""
     if "inputs" not in document:
@@ -179,7 +207,7 @@ def _decode_inputs(
     for spec in inputs:
         if not isinstance(spec, dict):
             _check_content_fields({}, {})  # Triton finds none of the three in a non-object
-        tensor, offset = _decode_input(spec, view, offset, req)
+        tensor, offset = _decode_input(spec, view, offset, req, regions)
         if tensor.name in req.inputs:  # Triton's core refuses it when it adds the input
             raise InvalidArgumentError(
                 f"{request_prefix(req.id)}input '{tensor.name}' already exists in request"
@@ -189,7 +217,11 @@ def _decode_inputs(
 
 
 def _decode_input(
-    spec: dict[str, Any], view: memoryview, offset: int, req: InferRequest
+    spec: dict[str, Any],
+    view: memoryview,
+    offset: int,
+    req: InferRequest,
+    regions: SharedMemoryRegistry | None,
 ) -> tuple[Tensor, int]:
     params = spec.get("parameters")
     if not isinstance(params, dict):
@@ -198,9 +230,9 @@ def _decode_input(
     name = _string_member(spec, "name")
     datatype = _string_member(spec, "datatype")
     shape = _shape(spec)
-    if "shared_memory_region" in params:
-        raise _no_shared_memory(params["shared_memory_region"])
     tensor = Tensor(name, datatype, _EMPTY, params)
+    if REGION in params:
+        return _binary_tensor(tensor_memory(params, req, regions), tensor, shape, req), offset
     if "binary_data_size" in params:
         size = params["binary_data_size"]
         if not _is_uint(size):
@@ -336,10 +368,6 @@ def _unholdable_shape(shape: tuple[int, ...], name: str, model: str) -> InvalidA
     )
 
 
-def _no_shared_memory(region: Any) -> NotFoundError:
-    return NotFoundError(f"Unable to find shared memory region: '{region}'")
-
-
 def _binary_array(
     chunk: memoryview, datatype: str, shape: tuple[int, ...], name: str, req: InferRequest
 ) -> np.ndarray:
@@ -427,7 +455,9 @@ def _json_numbers(flat: list[Any], datatype: str) -> np.ndarray:
     return parsed.astype(dtype, copy=False)
 
 
-def _decode_outputs(document: dict[str, Any], req: InferRequest) -> None:
+def _decode_outputs(
+    document: dict[str, Any], req: InferRequest, regions: SharedMemoryRegistry | None
+) -> None:
     if "outputs" not in document:
         return
     outputs = document["outputs"]
@@ -442,20 +472,19 @@ def _decode_outputs(document: dict[str, Any], req: InferRequest) -> None:
             params = {}  # as for inputs: Triton finds no parameter in a non-object
         name = _string_member(spec, "name")
         _check_output_parameters(params)
+        memory = tensor_memory(params, req, regions) if REGION in params else None
         if name in req.output_parameters:
             continue  # Triton keeps the first of an output named twice, and answers it once
         names.append(name)
         req.output_parameters[name] = params
+        if memory is not None and req.shared_memory is not None:
+            req.shared_memory.outputs[name] = memory
     req.requested_outputs = names
 
 
 def _check_output_parameters(params: dict[str, Any]) -> None:
-    if "shared_memory_region" in params:
-        if "classification" in params:
-            raise InvalidArgumentError(
-                "Output can't set both 'shared_memory_region' and 'classification'"
-            )
-        raise _no_shared_memory(params["shared_memory_region"])
+    if REGION in params:
+        check_output(params)
     if "classification" in params and not _is_uint(params["classification"]):
         raise InternalError(
             "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "

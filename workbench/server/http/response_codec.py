@@ -3,8 +3,9 @@
 Outputs go as JSON ``data`` or, when asked for (per-output ``binary_data``, or the request's
 ``binary_data_output`` for outputs it does not list), as binary data after the JSON header, with
 ``parameters.binary_data_size`` per output and the header length in
-``Inference-Header-Content-Length``. Follows ``InferRequestClass::FinalizeResponse`` in
-Triton 2.51's ``src/http_server.cc``.
+``Inference-Header-Content-Length``. An output written into shared memory is listed with its
+name, datatype and shape only. Follows ``InferRequestClass::FinalizeResponse`` in Triton 2.51's
+``src/http_server.cc``.
 """
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ def encode_infer_response(
         header["parameters"] = response.parameters
     outputs: list[dict[str, Any]] = []
     parts: list[bytes | memoryview] = [b""]  # the JSON header goes first, once written
+    in_regions = request.shared_memory.outputs if request.shared_memory is not None else {}
     for tensor in response.outputs:
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,
             "shape": list(tensor.array.shape),
         }
-        if output_is_binary(tensor.name, request, binary_default):
+        if tensor.name in in_regions:
+            pass  # already written into its region
+        elif output_is_binary(tensor.name, request, binary_default):
             buffer = tensor_buffer(tensor.array, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(buffer)}
             if len(buffer):
