@@ -63,6 +63,21 @@ async def test_a_kernel_attaches_to_the_server_and_detaching_leaves_it_serving(
     assert not bench.running and host.state == "running"
 
 
+async def test_the_attach_magic_uses_the_extensions_server_and_stop_only_detaches(
+    host: ServerHost,
+) -> None:
+    from workbench.notebook.magics import MagicSession
+
+    session = MagicSession()
+    bench = session.run_line("attach")
+    assert host.endpoints is not None and bench.url == host.endpoints.url
+    assert session.run_line("status") is bench and session.attached
+    assert session.run_line("stop") == (
+        f"detached from the Jupyter server's server at {bench.url} (it keeps serving)"
+    )
+    assert not bench.running and host.state == "running"
+
+
 async def test_attach_without_a_server_says_so(host: ServerHost) -> None:
     from workbench.errors import NotFoundError
     from workbench.notebook import Workbench

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from workbench.jupyter.settings import Workbench
@@ -24,3 +26,11 @@ def test_a_configured_or_given_repository_is_taken_from_the_root(tmp_path: Path)
     assert settings.engine == "tritonserver" and settings.http_port == 0
     assert settings.repository_path(tmp_path) == (tmp_path / "models").resolve()
     assert settings.repository_path(tmp_path, "/elsewhere") == Path("/elsewhere")
+
+
+def test_the_engine_may_be_the_url_of_a_triton_server_that_runs_elsewhere() -> None:
+    remote = Workbench(config=Config({"Workbench": {"engine": "http://gpu-box:8000/"}}))
+    assert remote.engine == "http://gpu-box:8000" and remote.remote_url == "http://gpu-box:8000"
+    assert Workbench().remote_url is None
+    with pytest.raises(TraitError, match=r"embedded, tritonserver or expected .*http://HOST:PORT"):
+        Workbench(config=Config({"Workbench": {"engine": "gpu-box:8000"}}))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.conftest import write_add_model
+from workbench.errors import NotFoundError
 from workbench.notebook import Workbench
 from workbench.notebook.magics import MagicError, MagicSession
 
@@ -91,6 +92,20 @@ def test_serve_status_stop(tmp_path: Path) -> None:
     finally:
         assert session.run_line("stop") == f"stopped the server at {bench.url}"
     assert not bench.running
+
+
+def test_attach_says_why_when_there_is_no_extension_server(bench: Workbench) -> None:
+    def no_server() -> Workbench:
+        raise NotFoundError("no Triton Workbench server of a Jupyter server was found")
+
+    session = MagicSession(attacher=no_server)
+    with pytest.raises(MagicError, match="^attach: no Triton Workbench server"):
+        session.run_line("attach")
+    attached = MagicSession(attacher=lambda: bench)
+    assert attached.run_line("attach") is bench and attached.current() is bench
+    with pytest.raises(MagicError, match=f"a server attached to {bench.url}; %workbench stop"):
+        attached.run_line("attach")
+    assert "%workbench attach" in attached.run_line("help")
 
 
 def test_sweep_shorthand_runs_the_sweep(session: MagicSession) -> None:

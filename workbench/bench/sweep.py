@@ -2,11 +2,12 @@
 measure each concurrency level with the closed-loop load generator.
 
 Everything goes over Triton's public API (HTTP for control and statistics, HTTP or gRPC for
-inference), so a sweep measures a real tritonserver the same way. The sweep is one coroutine;
-``start_sweep`` runs it on its own thread and loop, so a notebook kernel's loop is never
-blocked, and listeners hear of every measured row as it lands. The load itself runs in a
-worker process (``load_process``): next to an embedded server it would share the server's GIL
-and measure the client instead.
+inference), so a sweep measures a real tritonserver the same way; on a server whose files are
+out of reach, each point is loaded as a config override instead (``reconfigure.py``).
+The sweep is one coroutine; ``start_sweep`` runs it on its own thread and loop, so a notebook
+kernel's loop is never blocked, and listeners hear of every measured row as it lands. The
+load itself runs in a worker process (``load_process``): next to an embedded server it would
+share the server's GIL and measure the client instead.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 from workbench.bench.load_generator import LoadResult, error_text
 from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings
+from workbench.bench.reconfigure import Reconfiguration, reconfiguration
 from workbench.bench.result import SweepResult
-from workbench.bench.scratch import make_scratch, remove_scratch, write_scratch_config
 from workbench.bench.server_stats import PHASES, StatsSnapshot
 from workbench.bench.synthetic_inputs import synthesize_inputs
 from workbench.config import ModelConfig, validate
@@ -56,10 +57,14 @@ class SweepSpec:
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where the server is: ``host:port`` for HTTP and gRPC, and its repository folder."""
+    """Where the server is: ``host:port`` for HTTP and gRPC, and its repository folder.
+
+    ``repository`` None: the server's files are out of reach (a remote server), so each point
+    is loaded as a config override of the model itself (``workbench.bench.reconfigure``).
+    """
 
     http: str
-    repository: Path
+    repository: Path | None
     grpc: str | None = None
 
 
@@ -97,30 +102,31 @@ class SweepRunner:
 
         self._started = time.perf_counter()
         control = aio.InferenceServerClient(url=self.endpoints.http)
-        target, scratch = self.spec.model, None
+        spec, changes = self.spec, None
+        if spec.reconfigures:
+            changes = reconfiguration(spec.model, spec.model_dir, self.endpoints.repository)
         try:
-            if self.spec.reconfigures:
-                scratch = make_scratch(self.spec.model_dir, self.endpoints.repository, target)
-                target = scratch.name
-            for point in self.spec.points:
+            if changes is not None:
+                await changes.prepare(control)
+            for point in spec.points:
                 if self.result.stop_event.is_set():
                     break
-                await self._measure_point(control, point, target, scratch)
+                await self._measure_point(control, point, changes)
         finally:
             self.load.close()
-            if scratch is not None:
-                await _quietly(control.unload_model(scratch.name))
-                remove_scratch(scratch)
+            if changes is not None:
+                await _quietly(changes.restore(control))
             await control.close()
         return self.result
 
     async def _measure_point(
-        self, control: Any, point: SweepPoint, target: str, scratch: Path | None
+        self, control: Any, point: SweepPoint, changes: Reconfiguration | None
     ) -> None:
         stop = self.result.stop_event
+        target = changes.target if changes is not None else self.spec.model
         try:
-            if scratch is not None:
-                await self._reconfigure(control, point, scratch)
+            if changes is not None:
+                await self._reconfigure(control, point, changes)
             plan = await self._plan(control, target)
             await self.load.run(plan, max(self.spec.concurrency), self.spec.warmup_s, stop)
         except InvalidArgumentError:
@@ -141,14 +147,13 @@ class SweepRunner:
             after = await _snapshot(control, target)
             self._record(_measured_row(point, load, before, after))
 
-    async def _reconfigure(self, control: Any, point: SweepPoint, scratch: Path) -> None:
+    async def _reconfigure(self, control: Any, point: SweepPoint, changes: Reconfiguration) -> None:
         config = apply_settings(self.result.base_config, point.as_dict())
-        config.name = scratch.name
-        problems = validate(config, model_name=scratch.name, model_path=scratch)
+        config.name = changes.target
+        problems = validate(config, model_name=changes.target, model_path=changes.model_path)
         if problems:
             raise WorkbenchError("invalid configuration: " + "; ".join(map(str, problems)))
-        write_scratch_config(scratch, config)
-        await control.load_model(scratch.name)
+        await changes.load(control, config)
 
     async def _plan(self, control: Any, target: str) -> LoadPlan:
         metadata = await control.get_model_metadata(target)

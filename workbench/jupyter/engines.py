@@ -3,7 +3,8 @@
 ``EmbeddedEngine`` runs ``python -m workbench.jupyter.child`` (the embedded server, see that
 module); ``TritonEngine`` runs real tritonserver through ``workbench.export.TritonProcess``.
 Either way the Jupyter server only holds a process and its loopback ports, and talks to it
-through Triton's HTTP API; the package docstring says why the server is not in-process.
+through Triton's HTTP API; the package docstring says why the server is not in-process. A
+third engine, ``remote.RemoteEngine``, hosts nothing: it connects to a server at a URL.
 
 The child's stdout and stderr are read line by line into the Jupyter log (prefixed
 ``[workbench]``) and a short tail kept for the status route: a model's ``print()`` in a stub

@@ -16,6 +16,12 @@ answers); a refused config also carries its ``problems``, each with its line.
 | ``models/<m>/config`` | GET, PUT | the file (text, JSON, history); write ``{"pbtxt": ...}`` |
 | ``models/<m>/config/validate``, ``.../diff`` | POST | check / diff ``{"pbtxt": ...}`` |
 | ``stats`` | GET | per model version: Triton's statistics and the recent samples (``?model=m``) |
+| ``sweeps`` | GET, POST | each sweep's state and progress / start ``{"model": m, ...}`` |
+| ``sweeps/<id>`` | GET | one sweep with its rows so far (``columns``, ``rows``) |
+| ``sweeps/<id>/stop`` | POST | stop after the current measurement (rows kept) |
+
+The sweep routes live in ``sweep_handlers.py``: a start takes ``bench.sweep``'s parameters
+(``max_batch_size``, ``concurrency``, ``duration_s``, ...) and answers 409 while one runs.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ from tornado import web
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.jupyter.host import ServerHost
 from workbench.jupyter.model_configs import InvalidConfigError, ModelConfigs
-from workbench.jupyter.triton_client import ServerReplyError
 from workbench.server.status import http_status
 
 #: the ``auth_resource`` every handler is authorized against
@@ -89,9 +94,9 @@ class WorkbenchHandler(APIHandler):
 
 
 def _status(exc: WorkbenchError) -> int:
-    if isinstance(exc, ServerReplyError) and exc.status:
-        return exc.status
-    return http_status(exc)
+    """The status the error carries (the model server's reply, a sweep conflict's 409), else
+    the one of its category."""
+    return exc.status or http_status(exc)
 
 
 class StatusHandler(WorkbenchHandler):

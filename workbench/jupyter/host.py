@@ -78,7 +78,8 @@ class ServerHost:
                     f"already serving {self.repository}; stop the server before serving {path}"
                 )
             self.repository = path
-            if path is None or not path.is_dir():
+            # a remote server serves its own files: the local copy is only for config edits
+            if (path is None and not self.remote) or (path is not None and not path.is_dir()):
                 where = f"no folder {path}" if path else "no model repository is configured"
                 raise NotFoundError(
                     f"{where}: set c.Workbench.model_repository, create model_repository/ "
@@ -86,7 +87,7 @@ class ServerHost:
                 )
             await self._start(path)
 
-    async def _start(self, path: Path) -> None:
+    async def _start(self, path: Path | None) -> None:
         self.state, self.reason = "starting", ""
         engine = self._new_engine(path)
         self._engine, self._tail = engine, engine.tail
@@ -110,7 +111,12 @@ class ServerHost:
         discovery.write_discovery(self.discovery_file, self._discovery_info(path, endpoints))
         self.log.info("[workbench] serving %s at %s", path, endpoints.url)
 
-    def _new_engine(self, path: Path) -> Engine:
+    def _new_engine(self, path: Path | None) -> Engine:
+        if self.settings.remote_url is not None:
+            from workbench.jupyter.remote import RemoteEngine
+
+            return RemoteEngine(self.settings.remote_url, self.log)
+        assert path is not None, "start() checked it"
         if self.settings.engine == "tritonserver":
             return TritonEngine(path, self.settings.tritonserver, self.log)
         options = {
@@ -188,6 +194,16 @@ class ServerHost:
         return await fetch_text(url) if url else ""
 
     # -- what the routes read ------------------------------------------------------------------
+    @property
+    def remote(self) -> bool:
+        """The engine is a URL: a server that runs elsewhere and cannot read our files."""
+        return self.settings.remote_url is not None
+
+    @property
+    def engine_name(self) -> str:
+        """``embedded``, ``tritonserver`` or ``remote``."""
+        return "remote" if self.remote else self.settings.engine
+
     def require_client(self) -> TritonClient:
         """The link to the running server; ``UnavailableError`` (503) saying the state."""
         if self.client is None or self.state != "running":
@@ -199,7 +215,8 @@ class ServerHost:
         return {
             "state": self.state,
             "reason": self.reason,
-            "engine": self.settings.engine,
+            "engine": self.engine_name,
+            "remote_url": self.settings.remote_url,
             "model_repository": str(self.repository) if self.repository else None,
             "endpoints": self.endpoints.as_dict() if self.endpoints else None,
             "version": __version__,
@@ -209,12 +226,12 @@ class ServerHost:
             "log_tail": list(self._tail),
         }
 
-    def _discovery_info(self, path: Path, endpoints: Endpoints) -> dict[str, Any]:
+    def _discovery_info(self, path: Path | None, endpoints: Endpoints) -> dict[str, Any]:
         return {
             "jupyter_pid": os.getpid(),
             "server_pid": endpoints.pid,
-            "engine": self.settings.engine,
-            "model_repository": str(path),
+            "engine": self.engine_name,
+            "model_repository": str(path) if path else "",
             "http_url": endpoints.url,
             "http_address": endpoints.http_address,
             "grpc_url": endpoints.grpc_url,

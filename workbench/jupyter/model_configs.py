@@ -7,8 +7,8 @@ held to exactly what ``bench.edit(...).apply()`` and ``%%pbtxt`` hold it to. Eac
 returned with the line of the text it is about (``field_line``), a parse error with its own.
 
 The editor's checks read files and may run a python model's ``auto_complete_config``, so they
-run in a worker thread; the reload they ask for goes back to the Jupyter loop's client. Writes
-are one at a time.
+run in a worker thread; the reload they ask for goes back to the Jupyter loop's client (for a
+remote engine, with the written config as the load's override). Writes are one at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.config import parse_pbtxt, to_json_dict
+from workbench.config import parse_pbtxt, read_config, to_json_dict
 from workbench.config.pbtxt_patch import field_line
 from workbench.errors import ConfigError, InvalidArgumentError, NotFoundError
 from workbench.jupyter.host import ServerHost
@@ -104,14 +104,17 @@ class ModelConfigs:
 
     def _reloader(self) -> Callable[[str], None]:
         """A reload the worker thread can call: the load runs on the Jupyter loop. When no
-        server runs, the file is only written (the next start loads it)."""
+        server runs, the file is only written (the next start loads it). A remote server
+        cannot read the file just written: it gets the file's config as the load's override."""
         client = self.host.client
         if client is None:
             return _no_reload
-        loop = asyncio.get_running_loop()
+        loop, remote = asyncio.get_running_loop(), self.host.remote
 
         def reload(name: str) -> None:
-            asyncio.run_coroutine_threadsafe(client.load(name), loop).result()
+            path = self.model_dir(name) / "config.pbtxt"
+            config = to_json_dict(read_config(path)) if remote else None
+            asyncio.run_coroutine_threadsafe(client.load(name, config), loop).result()
 
         return reload
 

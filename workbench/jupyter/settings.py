@@ -9,8 +9,9 @@ with Jupyter.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from traitlets import Bool, Dict, Enum, Float, Integer, Unicode
+from traitlets import Bool, Dict, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 #: the folder under the Jupyter root that is served when no repository is configured
@@ -38,11 +39,14 @@ class Workbench(Configurable):
     autostart = Bool(
         True, help="Start the model server with Jupyter when there is a repository to serve."
     ).tag(config=True)
-    engine = Enum(
-        ENGINES,
-        default_value="embedded",
+    engine = Unicode(
+        "embedded",
         help="'embedded': Triton Workbench's own server; 'tritonserver': real Triton (found as "
-        "WORKBENCH_TRITONSERVER, on PATH, in /opt/tritonserver or the nvidia-pytriton wheel).",
+        "WORKBENCH_TRITONSERVER, on PATH, in /opt/tritonserver or the nvidia-pytriton wheel); "
+        "or the URL of a Triton server that already runs elsewhere, 'http://gpu-box:8000' "
+        "(in explicit model-control mode): the extension connects to it and never starts or "
+        "stops it, and model_repository is then your local copy, which config writes update "
+        "before sending the new config with the load.",
     ).tag(config=True)
     tritonserver = Unicode(
         None, allow_none=True, help="Path of the tritonserver binary for engine='tritonserver'."
@@ -56,6 +60,25 @@ class Workbench(Configurable):
     )
     stats_interval = Float(1.0, help="Seconds between two statistics samples.").tag(config=True)
     stats_samples = Integer(300, help="Samples kept per model (a ring buffer).").tag(config=True)
+
+    @validate("engine")
+    def _valid_engine(self, proposal: dict[str, Any]) -> str:
+        value = str(proposal["value"])
+        if value in ENGINES:
+            return value
+        from workbench.errors import InvalidArgumentError
+        from workbench.notebook.remote import server_address
+
+        try:
+            server_address(value)
+        except InvalidArgumentError as exc:
+            raise TraitError(f"c.Workbench.engine: {', '.join(ENGINES)} or {exc}") from None
+        return value.strip().rstrip("/")
+
+    @property
+    def remote_url(self) -> str | None:
+        """The URL of the remote server when ``engine`` is one, else None."""
+        return None if self.engine in ENGINES else self.engine
 
     def repository_path(self, root_dir: Path, given: str | None = None) -> Path | None:
         """The repository to serve: ``given``, else the setting, else the default folder

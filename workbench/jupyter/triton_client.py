@@ -62,11 +62,13 @@ class TritonClient:
     async def index(self) -> list[dict[str, Any]]:
         return list(await self.call("POST", "/v2/repository/index", {}))
 
-    async def load(self, name: str) -> None:
-        """Load or reload ``name``; a failure carries the index's reason when Triton's own
-        answer is the bare "failed to poll" text (as ``Workbench.load`` does)."""
+    async def load(self, name: str, config: dict[str, Any] | None = None) -> None:
+        """Load or reload ``name`` (``config``: Triton's JSON form, sent as the load's
+        override); a failure carries the index's reason when Triton's own answer is the bare
+        "failed to poll" text (as ``Workbench.load`` does)."""
+        body = None if config is None else {"parameters": {"config": json.dumps(config)}}
         try:
-            await self.call("POST", f"/v2/repository/models/{quote(name, safe='')}/load")
+            await self.call("POST", f"/v2/repository/models/{quote(name, safe='')}/load", body)
         except ServerReplyError as exc:
             reason, message = await self.reason(name), str(exc)
             if reason and reason not in message:

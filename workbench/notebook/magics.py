@@ -1,8 +1,10 @@
 """IPython magics: ``%load_ext workbench``, then ``%workbench`` and ``%%pbtxt``.
 
 ``%workbench serve [REPOSITORY] [key=value ...]`` starts a ``Workbench`` (keys are its keyword
-arguments, e.g. ``http_port=8000``), ``%workbench status`` shows it, ``%workbench stop`` stops
-it, ``%workbench sweep MODEL key=v1,v2 ...`` runs ``bench.sweep`` with those settings.
+arguments, e.g. ``http_port=8000``), ``%workbench attach`` uses the Jupyter server extension's
+server instead (``Workbench.attach()``), ``%workbench status`` shows it, ``%workbench stop``
+stops it (an attached one is only detached: it keeps serving the other notebooks),
+``%workbench sweep MODEL key=v1,v2 ...`` runs ``bench.sweep`` with those settings.
 ``%%pbtxt MODEL`` takes the cell as that model's ``config.pbtxt``: it is parsed and validated
 as ``ConfigEditor.validate()`` does (errors name their line in the cell), the diff against the
 file is shown, and the text is written atomically and the model reloaded (``--dry-run``: only
@@ -30,8 +32,9 @@ _SWEEP_LISTS = frozenset(
 )
 USAGE = """\
 %workbench serve [REPOSITORY] [key=value ...]   start a server (default: ./model_repository)
+%workbench attach                               use the Jupyter server extension's server
 %workbench status                               endpoints and models
-%workbench stop                                 stop the server started here
+%workbench stop                                 stop the server started here (or detach)
 %workbench sweep MODEL key=v1,v2 ...            e.g. max_batch_size=1,8 concurrency=1,8
 %%pbtxt MODEL [--dry-run]                       validate, diff, write and reload the cell"""
 
@@ -66,7 +69,10 @@ class MagicSession:
 
     namespace: Mapping[str, Any] = field(default_factory=dict)
     factory: Callable[..., Workbench] = Workbench
+    attacher: Callable[[], Workbench] = Workbench.attach
     bench: Workbench | None = None
+    #: whether ``bench`` is the extension's server (``stop`` detaches) or one started here
+    attached: bool = False
 
     # -- %workbench ----------------------------------------------------------------------------
     def run_line(self, line: str) -> Any:
@@ -76,6 +82,7 @@ class MagicSession:
         command, args = words[0], words[1:]
         handlers: dict[str, Callable[[list[str]], Any]] = {
             "serve": self.serve,
+            "attach": lambda _args: self.attach(),
             "status": lambda _args: self.current(),
             "stop": lambda _args: self.stop(),
             "sweep": self.sweep,
@@ -92,22 +99,36 @@ class MagicSession:
         repository = Path(positional[0] if positional else "model_repository")
         if not repository.is_dir():
             raise MagicError(f"no model repository at '{repository}' (a folder of models)")
-        if self.bench is not None and self.bench.running:
-            raise MagicError(
-                f"a server started here is already running ({self.bench.url}); "
-                "%workbench stop first"
-            )
+        self._check_free()
         try:
             self.bench = self.factory(repository, **options)
         except TypeError as exc:
             raise MagicError(f"serve: {exc}") from None
+        self.attached = False
         return self.bench
+
+    def attach(self) -> Workbench:
+        """The Jupyter server extension's server, shared by every notebook."""
+        self._check_free()
+        try:
+            self.bench = self.attacher()
+        except WorkbenchError as exc:
+            raise MagicError(f"attach: {exc}") from None
+        self.attached = True
+        return self.bench
+
+    def _check_free(self) -> None:
+        if self.bench is not None and self.bench.running:
+            what = "attached to" if self.attached else "started here is already running at"
+            raise MagicError(f"a server {what} {self.bench.url}; %workbench stop first")
 
     def stop(self) -> str:
         if self.bench is None or not self.bench.running:
-            return "no server started by %workbench serve is running"
+            return "no server started by %workbench serve or attached is running"
         url = self.bench.url
         self.bench.stop()
+        if self.attached:
+            return f"detached from the Jupyter server's server at {url} (it keeps serving)"
         return f"stopped the server at {url}"
 
     def sweep(self, args: list[str]) -> Any:

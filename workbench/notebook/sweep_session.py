@@ -61,7 +61,9 @@ def run_sweep(
     model_dir = bench.model_dir(name)
     total = len(plan_points(settings)) * len(plan_concurrency(concurrency))
     _check_inputs(bench, name, inputs, shapes)
-    endpoints = Endpoints(bench.server.http_address, bench.repository, bench.grpc_url)
+    # a remote server cannot read a scratch copy written here: points load as overrides
+    repository = None if bench.remote else bench.repository
+    endpoints = Endpoints(bench.server.http_address, repository, bench.grpc_url)
     common: dict[str, Any] = {
         "settings": settings,
         "concurrency": concurrency,

@@ -20,11 +20,12 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import StrPath
 from workbench.config import backend_name, parse_pbtxt, read_config
-from workbench.errors import NotFoundError, UnavailableError, WorkbenchError
+from workbench.errors import NotFoundError, UnavailableError, UnsupportedError, WorkbenchError
 from workbench.notebook import tables
 from workbench.notebook.config_editor import ConfigEditor
 from workbench.notebook.explain import explained, infer_details, model_details
 from workbench.notebook.model_export import export_onnx, export_torch
+from workbench.notebook.remote import RemoteServer, refused_control
 from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
 
@@ -43,6 +44,8 @@ class Workbench:
     ``engine="tritonserver"`` hosts real Triton instead (a ``tritonserver`` found as
     ``workbench.export.find_tritonserver`` does, or the ``tritonserver=`` path), on ephemeral
     loopback ports, its log in ``server.log_path``; it stops with ``stop()`` or the kernel.
+    ``Workbench.attach()`` uses the Jupyter server extension's server and
+    ``Workbench.connect(url, repository=...)`` a Triton server that runs elsewhere.
     """
 
     def __init__(
@@ -104,6 +107,17 @@ class Workbench:
     @property
     def running(self) -> bool:
         return self.server.running
+
+    @property
+    def remote(self) -> bool:
+        """Whether the server runs elsewhere and cannot read this repository's files
+        (``connect()``, or ``attach()`` to an extension whose engine is a URL): a new
+        configuration then travels with its load, as an override."""
+        from workbench.jupyter.discovery import AttachedServer
+
+        if isinstance(self.server, AttachedServer):
+            return self.server.found.engine == "remote"
+        return isinstance(self.server, RemoteServer)
 
     def __enter__(self) -> Workbench:
         return self.start()
@@ -224,7 +238,11 @@ class Workbench:
         try:
             self.http.load(name, config)
         except WorkbenchError as exc:
-            raise type(exc)(self._with_reason(name, str(exc))) from None
+            raise self._refused(exc) or type(exc)(self._with_reason(name, str(exc))) from None
+
+    def _refused(self, exc: WorkbenchError) -> WorkbenchError | None:
+        """``ModelControlRefused`` when the server is not in explicit model-control mode."""
+        return refused_control(str(exc), self.url)
 
     def _with_reason(self, name: str, message: str) -> str:
         """Add what the index or the embedded server knows when Triton's answer is generic."""
@@ -236,7 +254,10 @@ class Workbench:
 
     def unload(self, name: str) -> None:
         """Unload ``name`` (it stays in the repository, UNAVAILABLE)."""
-        self.http.unload(name)
+        try:
+            self.http.unload(name)
+        except WorkbenchError as exc:
+            raise self._refused(exc) or exc from None
 
     def stats(self, name: str = "", version: str = "") -> Any:
         """Inference statistics per model version as a DataFrame (all models by default);
@@ -252,8 +273,16 @@ class Workbench:
 
     # -- editing and adding models -------------------------------------------------------------
     def edit(self, name: str) -> ConfigEditor:
-        """A ``ConfigEditor`` for the model's ``config.pbtxt`` (a widget in a notebook)."""
-        return ConfigEditor(name, self.model_dir(name), reload=self.load)
+        """A ``ConfigEditor`` for the model's ``config.pbtxt`` (a widget in a notebook).
+
+        On a remote server ``apply()`` writes the local file, then loads it as an override."""
+        return ConfigEditor(name, self.model_dir(name), reload=self._reload_edited)
+
+    def _reload_edited(self, name: str) -> None:
+        """Load the file the editor just wrote: a server that reads this repository reads it
+        itself; a remote one gets its content with the load."""
+        config = read_config(self.model_dir(name) / "config.pbtxt") if self.remote else None
+        self.load(name, config)
 
     def dag(self, name: str) -> Any:
         """The ensemble ``name`` as a plotly figure: inputs, steps and outputs in topological
@@ -347,15 +376,24 @@ class Workbench:
 
     def add_onnx(self, path: StrPath, name: str, **options: Any) -> Path:
         """Copy an ONNX file into this repository with a generated config, and load it."""
+        self._require_shared_files("add_onnx")
         folder = export_onnx(path, self.repository, name, **options)
         self.load(name)
         return folder
 
     def add_torch(self, module: Any, example_inputs: Any, name: str, **options: Any) -> Path:
         """Export a torch module into this repository (``via="onnx"|"torchscript"``), load it."""
+        self._require_shared_files("add_torch")
         folder = export_torch(module, example_inputs, self.repository, name, **options)
         self.load(name)
         return folder
+
+    def _require_shared_files(self, action: str) -> None:
+        if self.remote:
+            raise UnsupportedError(
+                f"{action}() writes a new model into {self.repository}, which the remote server "
+                f"at {self.url} cannot read: copy the model into its repository, then load it"
+            )
 
     @classmethod
     def attach(cls) -> Workbench:
@@ -368,6 +406,32 @@ class Workbench:
         bench = cls(found.model_repository, start=False)
         bench.server = AttachedServer(found)
         return bench
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        repository: StrPath,
+        grpc_url: str | None = None,
+        metrics_url: str | None = None,
+    ) -> Workbench:
+        """Drive the Triton server at ``url`` (``http://gpu-box:8000``) that runs elsewhere,
+        with the same models, editor, sweeps and promote, as Model Analyzer's remote mode does.
+
+        ``repository`` is your local copy of the server's model repository: configurations
+        come from it and ``apply()``/``promote()`` write it; the server gets each new
+        configuration as a ``config`` override of its load API and its own files are never
+        touched. It must run in explicit model-control mode (``ModelControlRefused`` says so
+        when it does not). A sweep reloads the model itself with each point's configuration
+        and loads back what it served before. ``stop()`` only disconnects. gRPC and metrics
+        addresses are not guessed; give them to use them (``grpc_url="gpu-box:8001"``)."""
+        if not Path(repository).is_dir():
+            raise NotFoundError(f"no local copy of the model repository at '{repository}'")
+        bench = cls(repository, start=False)
+        bench.server = RemoteServer(url, grpc_url, metrics_url)
+        bench.engine = "remote"
+        return bench.start()
 
     @classmethod
     def from_onnx(cls, path: StrPath, repository: StrPath, name: str, **options: Any) -> Workbench:
