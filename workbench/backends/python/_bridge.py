@@ -144,17 +144,8 @@ def output_part(tensor: pb_utils.Tensor, declared: str | None) -> Part:
 
 def run_bls(client: InferenceClient, request: pb_utils.InferenceRequest) -> Any:
     """Run a BLS request through ``client``; failures come back as a response error."""
-    inputs = [Tensor(t.name(), t._wire_type(), t._array) for t in request.inputs()]
-    timeout_us = request.timeout()
     try:
-        outputs = client.infer_sync(
-            request.model_name,
-            inputs,
-            model_version=request.model_version,
-            requested_outputs=request.requested_output_names() or None,
-            parameters=dict(request._parameters),
-            timeout_s=timeout_us / 1e6 if timeout_us else None,
-        )
+        outputs = client.infer_sync(*_call_arguments(request), **_call_options(request))
     except WorkbenchError as exc:
         return pb_utils.InferenceResponse(error=to_triton_error(exc))
     return pb_utils.InferenceResponse([to_pb_tensor(t) for t in outputs])
@@ -165,16 +156,7 @@ def run_bls_stream(
 ) -> pb_utils.ResponseIterator:
     """Start a decoupled BLS call; its responses as they come (it waits for the first, so
     that the call is under way when ``exec`` returns, as in Triton)."""
-    inputs = [Tensor(t.name(), t._wire_type(), t._array) for t in request.inputs()]
-    timeout_us = request.timeout()
-    results = client.infer_stream_sync(
-        request.model_name,
-        inputs,
-        model_version=request.model_version,
-        requested_outputs=request.requested_output_names() or None,
-        parameters=dict(request._parameters),
-        timeout_s=timeout_us / 1e6 if timeout_us else None,
-    )
+    results = client.infer_stream_sync(*_call_arguments(request), **_call_options(request))
     responses = (_bls_response(result) for result, _ in results)
     first = next(responses, None)
     return pb_utils.ResponseIterator(itertools.chain([first] if first else [], responses))
@@ -186,3 +168,20 @@ def _bls_response(result: ExecResult) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(
         [to_pb_tensor(t) for t in result.outputs], parameters=result.parameters
     )
+
+
+def _call_arguments(request: pb_utils.InferenceRequest) -> tuple[str, list[Tensor]]:
+    """A BLS request's model name and inputs, as ``InferenceClient`` takes them."""
+    inputs = [Tensor(t.name(), t._wire_type(), t._array) for t in request.inputs()]
+    return request.model_name, inputs
+
+
+def _call_options(request: pb_utils.InferenceRequest) -> dict[str, Any]:
+    """A BLS request's keyword arguments for ``InferenceClient``."""
+    timeout_us = request.timeout()
+    return {
+        "model_version": request.model_version,
+        "requested_outputs": request.requested_output_names() or None,
+        "parameters": dict(request._parameters),
+        "timeout_s": timeout_us / 1e6 if timeout_us else None,
+    }

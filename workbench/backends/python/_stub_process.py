@@ -23,8 +23,10 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import workbench
+from workbench._types import Tensor
 from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.exit_deadline import ExitDeadline
@@ -361,18 +363,22 @@ class StubProcess:
         except ChannelClosed:
             pass
 
+    def _call(self, message: Message) -> tuple[str, list[Tensor], dict[str, Any]]:
+        """A ``BLS``/``BLS_STREAM`` message as ``InferenceClient`` arguments."""
+        _, _, block, model_name, version, descs, requested, parameters, timeout_s = message
+        options = {
+            "model_version": version,
+            "requested_outputs": requested,
+            "parameters": parameters,
+            "timeout_s": timeout_s,
+        }
+        return model_name, read_block(self._from_stub, block, descs), options
+
     def _bls(self, client: InferenceClient, message: Message) -> Message:
-        _, key, block, model_name, version, descs, requested, parameters, timeout_s = message
-        inputs = read_block(self._from_stub, block, descs)
+        key = message[1]
+        model_name, inputs, options = self._call(message)
         try:
-            outputs = client.infer_sync(
-                model_name,
-                inputs,
-                model_version=version,
-                requested_outputs=requested,
-                parameters=parameters,
-                timeout_s=timeout_s,
-            )
+            outputs = client.infer_sync(model_name, inputs, **options)
         except WorkbenchError as exc:
             return (REPLY, key, error_to_wire(exc), -1, [])
         out_block, out_descs = self._to_stub.write(outputs)
@@ -380,16 +386,9 @@ class StubProcess:
 
     def _bls_stream(self, client: InferenceClient, message: Message) -> None:
         """Send each response of a decoupled BLS call as it comes, under ``(key, n)``."""
-        _, key, block, model_name, version, descs, requested, parameters, timeout_s = message
-        inputs = read_block(self._from_stub, block, descs)
-        responses = client.infer_stream_sync(
-            model_name,
-            inputs,
-            model_version=version,
-            requested_outputs=requested,
-            parameters=parameters,
-            timeout_s=timeout_s,
-        )
+        key = message[1]
+        model_name, inputs, options = self._call(message)
+        responses = client.infer_stream_sync(model_name, inputs, **options)
         n = 0
         try:
             for result, final in responses:
