@@ -1,9 +1,11 @@
-"""Shared-memory regions give the pages of a large freed block back (issue #12).
+"""Shared-memory regions give the pages of large free space back, a moment later (#12, #17).
 
 A region grows to the largest message it has carried and never shrinks. Without giving pages
 back, one 1 GiB tensor kept 1 GiB resident in the server and again in the stub after its
-reply (``benchmarks/large_message_memory.py``). The file's allocated blocks (``st_blocks``) say
-how much memory it holds, with no timing involved.
+reply (``benchmarks/large_message_memory.py``). Giving them back after every message made
+back-to-back large requests fault every page in again, so the writer gives them back
+``release_after_s`` after its last large message. The file's allocated blocks (``st_blocks``)
+say how much memory it holds.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from workbench.backends.python._shm import (
+    RELEASE_AT_ONCE_BYTES,
     RELEASE_BYTES,
     BlockWriter,
     Region,
@@ -45,20 +49,49 @@ def _send(writer: BlockWriter, reader: Region, array: np.ndarray) -> list[np.nda
     return read_arrays(reader, block, descs)
 
 
-def test_a_large_block_gives_its_pages_back_when_its_arrays_are_gone(
+def test_a_freed_large_block_keeps_its_pages_until_the_writer_releases_them(
     regions: tuple[BlockWriter, Region, int],
 ) -> None:
     writer, reader, fd = regions
-    array = np.arange(64 * MIB, dtype=np.uint8)
+    array = np.arange(48 * MIB, dtype=np.uint8)
     [received] = _send(writer, reader, array)
-    assert np.array_equal(received, array) and _held(fd) >= 64 * MIB
+    assert np.array_equal(received, array) and _held(fd) >= 48 * MIB
     del received
     gc.collect()
+    assert _held(fd) >= 48 * MIB  # resident for the next large message: no page faults
+    assert writer.release() is False  # nothing large is live any more
     assert _held(fd) < RELEASE_BYTES  # the region keeps its size, not its memory
-    assert os.fstat(fd).st_size >= 64 * MIB
-    again = np.full(64 * MIB, 7, dtype=np.uint8)  # the space is written and read again
+    assert os.fstat(fd).st_size >= 48 * MIB
+    again = np.full(48 * MIB, 7, dtype=np.uint8)  # the space is written and read again
     [received] = _send(writer, reader, again)
     assert np.array_equal(received, again)
+
+
+def test_a_large_block_still_read_keeps_its_pages(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, fd = regions
+    array = np.arange(48 * MIB, dtype=np.uint8)
+    [received] = _send(writer, reader, array)
+    assert writer.release() is True  # ask again later: a large block is live
+    assert _held(fd) >= 48 * MIB and np.array_equal(received, array)
+
+
+def test_the_pages_come_back_by_themselves_after_the_delay() -> None:
+    fd = create_region_fd()
+    try:
+        writer, reader = BlockWriter(Region(fd), release_after_s=0.05), Region(fd)
+        [received] = _send(writer, reader, np.ones(32 * MIB, dtype=np.uint8))
+        assert _held(fd) >= 32 * MIB
+        del received
+        gc.collect()
+        for _ in range(400):  # bounded: up to ~20 s on a stalled machine
+            if _held(fd) < RELEASE_BYTES:
+                break
+            time.sleep(0.05)
+        assert _held(fd) < RELEASE_BYTES
+    finally:
+        os.close(fd)
 
 
 def test_a_small_block_keeps_its_pages_for_the_next_message(
@@ -70,3 +103,15 @@ def test_a_small_block_keeps_its_pages_for_the_next_message(
     del received
     gc.collect()
     assert _held(fd) == held  # no system call for the usual, small messages
+
+
+def test_a_huge_block_gives_its_pages_back_as_soon_as_its_arrays_are_gone(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, fd = regions
+    size = RELEASE_AT_ONCE_BYTES + 8 * MIB
+    [received] = _send(writer, reader, np.ones(size, dtype=np.uint8))
+    assert _held(fd) >= size
+    del received
+    gc.collect()
+    assert _held(fd) < RELEASE_BYTES  # at once, without waiting for the writer
