@@ -15,24 +15,35 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecResult
+from workbench.core.lifecycle import ModelManager
 from workbench.core.model import BackendModel
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InternalError, WorkbenchError
 
-if TYPE_CHECKING:
-    from workbench.core.inference_core import InferenceCore
-
 T = TypeVar("T")
+
+
+class ServingCore(Protocol):
+    """What BLS needs of ``InferenceCore`` (which satisfies it; named here to keep the
+    core's modules free of an import circle)."""
+
+    models: ModelManager
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]: ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
 
 
 class CoreClient:
     """The ``InferenceClient`` that python models of this server call (BLS)."""
 
-    def __init__(self, core: InferenceCore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, core: ServingCore, loop: asyncio.AbstractEventLoop) -> None:
         self._core = core
         self._loop = loop
 
@@ -167,4 +178,4 @@ async def _close(responses: AsyncIterator[InferResponse]) -> None:
         await responses.aclose()
 
 
-__all__ = ["CoreClient"]
+__all__ = ["CoreClient", "ServingCore"]
