@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from workbench.backends.python import CUSTOM_METRICS, pb_utils
-from workbench.backends.python._metric_forwarder import MetricForwarder
-from workbench.backends.python._metric_registry import CustomMetricRegistry, MetricKind
-from workbench.backends.python._metrics import RegistrySink, install_sink
+from workbench.backends.python._model_metrics import RegistrySink, install_sink
+from workbench.backends.python._server_metrics import CustomMetricRegistry, MetricKind
+from workbench.backends.python._stub_metrics import MetricForwarder
 
 
 @pytest.fixture

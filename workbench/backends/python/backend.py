@@ -3,7 +3,7 @@
 By default every instance runs in its own *stub process*, as in Triton's python_backend:
 ``instance_group { count: 2 }`` really uses two cores, tensors cross through shared memory,
 and a crashing model only fails its in-flight requests before its stub is restarted
-(see ``_process_instance``).
+(see ``_server_instance``).
 
 Workbench-only parameter (real Triton ignores unknown parameters), for debugging a model with
 breakpoints from a notebook::
@@ -29,11 +29,11 @@ from tritonclient.grpc import model_config_pb2
 
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, ModelInstance
 from workbench.backends.python import pb_utils
-from workbench.backends.python._loader import load_module, unload_module
 from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
-from workbench.backends.python._process_instance import ProcessModelInstance
-from workbench.backends.python._runner import ModelRunner, ModelSpec
-from workbench.backends.python._stub_process import StubLaunch
+from workbench.backends.python._model_loader import load_module, unload_module
+from workbench.backends.python._model_runner import ModelRunner, ModelSpec
+from workbench.backends.python._server_instance import ProcessModelInstance
+from workbench.backends.python._server_stub import StubLaunch
 from workbench.errors import ConfigError, NotFoundError
 
 #: the config parameter that keeps instances in the server's process

@@ -20,11 +20,17 @@ from typing import Any
 import numpy as np
 
 from workbench._types import serialize_bytes, split_bytes
-from workbench.backends.python._dlpack import array_from_dlpack, array_to_dlpack
-from workbench.backends.python._metrics import Logger, LogLevel, Metric, MetricFamily, MetricKind
 from workbench.backends.python._model_config import ModelConfig
-from workbench.backends.python._sender import FINAL_FLAG, Deliver, InferenceResponseSender
-from workbench.backends.python._triton_errors import TritonError, TritonModelException
+from workbench.backends.python._model_dlpack import array_from_dlpack, array_to_dlpack
+from workbench.backends.python._model_errors import TritonError, TritonModelException
+from workbench.backends.python._model_metrics import (
+    Logger,
+    LogLevel,
+    Metric,
+    MetricFamily,
+    MetricKind,
+)
+from workbench.backends.python._model_sender import FINAL_FLAG, Deliver, InferenceResponseSender
 from workbench.config.dtypes import WIRE_TO_NUMPY, config_to_wire, wire_to_config_enum
 
 TRITON_STRING_TO_NUMPY = {
@@ -356,7 +362,7 @@ class InferenceRequest:
         scope = _current_scope()
         if scope is None or scope.client is None:
             raise TritonModelException("BLS requests need a running server; none is attached")
-        from workbench.backends.python._bridge import run_bls, run_bls_stream
+        from workbench.backends.python._model_bridge import run_bls, run_bls_stream
 
         if decoupled:
             return run_bls_stream(scope.client, self)

@@ -1,6 +1,6 @@
 """The stub process of one Python-backend model instance (Triton's ``triton_python_backend_stub``).
 
-The server runs this module (``python -c`` with ``_stub_process._BOOT``, which keeps the working
+The server runs this module (``python -c`` with ``_server_stub._BOOT``, which keeps the working
 directory off ``sys.path``) with arguments ``SOCKET_FD TO_STUB_FD FROM_STUB_FD``, three
 inherited descriptors: a connected socket for control messages and the two
 shared-memory regions. The stub imports ``model.py`` through the ``pb_utils`` shim, runs
@@ -27,11 +27,13 @@ from typing import Any
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecResult
 from workbench.backends.python import pb_utils
-from workbench.backends.python._channel import Channel, ChannelClosed, Message
-from workbench.backends.python._loader import load_module
-from workbench.backends.python._metric_forwarder import MetricForwarder
-from workbench.backends.python._metrics import install_sink
-from workbench.backends.python._protocol import (
+from workbench.backends.python._model_loader import load_module
+from workbench.backends.python._model_metrics import install_sink
+from workbench.backends.python._model_runner import ModelRunner, ModelSpec
+from workbench.backends.python._stub_metrics import MetricForwarder
+from workbench.backends.python._stub_requests import ResponseWriter, failed_wires, read_pb_requests
+from workbench.backends.python._wire_channel import Channel, ChannelClosed, Message
+from workbench.backends.python._wire_messages import (
     BLS,
     BLS_STREAM,
     EXECUTE,
@@ -49,9 +51,7 @@ from workbench.backends.python._protocol import (
     read_requests,
     write_results,
 )
-from workbench.backends.python._runner import ModelRunner, ModelSpec
-from workbench.backends.python._shm import BlockWriter, Region, read_block
-from workbench.backends.python._stub_wire import ResponseWriter, failed_wires, read_pb_requests
+from workbench.backends.python._wire_shm import BlockWriter, Region, read_block
 from workbench.errors import InternalError, WorkbenchError
 
 _log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from workbench._types import Parameters, Tensor
 from workbench.backends._batching import make_tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.python import pb_utils
-from workbench.backends.python._shm import Part
+from workbench.backends.python._wire_shm import Part
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import (
     AlreadyExistsError,

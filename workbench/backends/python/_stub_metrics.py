@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from workbench.backends.python._metric_registry import Operation
+from workbench.backends.python._server_metrics import Operation
 
 #: how long updates made outside a call may wait before the flusher sends them
 FLUSH_INTERVAL_S = 0.05

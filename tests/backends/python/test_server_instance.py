@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from tests.backends.model_folders import context_for, load_config, request, write_model
-from tests.backends.test_python import FakeClient
+from tests.backends.python.fakes import FakeClient
 from workbench._types import Tensor
 from workbench.backends.python import (
     ProcessModelInstance,
     PythonBackend,
     PythonModelInstance,
-    _stub_process,
+    _server_stub,
 )
 from workbench.errors import InternalError
 
@@ -514,7 +514,7 @@ def test_an_unreadable_reply_or_a_detached_reader_still_answers_the_requests(
 
     async def scenario() -> None:
         with monkeypatch.context() as patched:
-            patched.setattr(_stub_process, "read_results", unreadable)
+            patched.setattr(_server_stub, "read_results", unreadable)
             [failed] = await call(request(_x(1)))
         assert isinstance(failed.error, InternalError)
         assert "unreadable stub reply: a damaged reply" in str(failed.error)

@@ -9,7 +9,7 @@ time), ``BLS``, ``BLS_STREAM`` and ``READY`` (calls into the server), ``LOG`` (a
 log record), ``METRICS`` (custom metric operations, usually in the same write as a reply).
 
 Tensors never go through the socket: a message names a block of shared memory and carries
-each tensor's name, datatype, shape and offset (see ``_shm``).
+each tensor's name, datatype, shape and offset (see ``_wire_shm``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from workbench import errors
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecRequest, ExecResult, ResponseSender
-from workbench.backends.python._shm import BlockWriter, Region, TensorDesc, read_block
+from workbench.backends.python._wire_shm import BlockWriter, Region, TensorDesc, read_block
 
 # Message kinds: small ints, which pickle and compare faster than names.
 INIT = 0

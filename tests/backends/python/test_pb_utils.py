@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from workbench.backends.python import pb_utils
-from workbench.backends.python._metrics import METRIC_FAMILIES
 from workbench.backends.python._model_config import ModelConfig
+from workbench.backends.python._model_metrics import METRIC_FAMILIES
 
 
 def test_type_tables_match_triton() -> None:

@@ -3,7 +3,7 @@
 Log lines go to the ``workbench.python_model`` logger (a stub forwards them to the server).
 Metric operations are checked here, with Triton's messages, then handed to a ``MetricSink``:
 in the server process that is the registry ``/metrics`` reads; in a stub process it is a
-buffer that reaches the server with the next reply (``_metric_forwarder``), so an update
+buffer that reaches the server with the next reply (``_stub_metrics``), so an update
 costs no round trip. ``value()`` answers from this process's own copy of the value.
 """
 
@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from workbench.backends.python._metric_registry import REGISTRY, MetricKind
-from workbench.backends.python._triton_errors import TritonModelException
+from workbench.backends.python._model_errors import TritonModelException
+from workbench.backends.python._server_metrics import REGISTRY, MetricKind
 
 _log = logging.getLogger("workbench.python_model")
 

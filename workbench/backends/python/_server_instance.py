@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecRequest, ExecResult
-from workbench.backends.python._channel import ChannelClosed
-from workbench.backends.python._stub_process import (
+from workbench.backends.python._server_stub import (
     StubGone,
     StubLaunch,
     StubProcess,
     unhealthy,
 )
+from workbench.backends.python._wire_channel import ChannelClosed
 from workbench.errors import UnavailableError, WorkbenchError
 
 _log = logging.getLogger(__name__)

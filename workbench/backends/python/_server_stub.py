@@ -1,7 +1,7 @@
 """The server's side of one stub process: start it, call it, serve its calls, stop it.
 
 One ``StubProcess`` is one child process; when a stub dies the instance starts a new one
-(``_process_instance``). The child runs ``workbench.backends.python.stub`` (``_BOOT``) through
+(``_server_instance``). The child runs ``workbench.backends.python.stub`` (``_BOOT``) through
 ``subprocess`` (fork+exec: safe from a multi-threaded server or a Jupyter kernel) and inherits
 only its socket and the two shared-memory regions.
 """
@@ -30,11 +30,12 @@ from workbench._types import Tensor
 from workbench.backends._batching import fail_all
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
 from workbench.backends.exit_deadline import ExitDeadline
-from workbench.backends.python._channel import Channel, ChannelClosed, Message
-from workbench.backends.python._loader import ADDED_PATHS
-from workbench.backends.python._loop_reader import LoopReader
-from workbench.backends.python._metric_registry import REGISTRY
-from workbench.backends.python._protocol import (
+from workbench.backends.python._model_loader import ADDED_PATHS
+from workbench.backends.python._model_runner import ModelSpec
+from workbench.backends.python._server_metrics import REGISTRY
+from workbench.backends.python._server_reader import LoopReader
+from workbench.backends.python._wire_channel import Channel, ChannelClosed, Message
+from workbench.backends.python._wire_messages import (
     BLS,
     BLS_STREAM,
     EXECUTE,
@@ -49,8 +50,7 @@ from workbench.backends.python._protocol import (
     read_results,
     write_requests,
 )
-from workbench.backends.python._runner import ModelSpec
-from workbench.backends.python._shm import BlockWriter, Region, create_region_fd, read_block
+from workbench.backends.python._wire_shm import BlockWriter, Region, create_region_fd, read_block
 from workbench.errors import InternalError, WorkbenchError
 
 _log = logging.getLogger(__name__)

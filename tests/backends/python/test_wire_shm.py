@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from workbench.backends.python._shm import (
+from workbench.backends.python._wire_shm import (
     RELEASE_AT_ONCE_BYTES,
     RELEASE_BYTES,
     BlockWriter,

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from workbench.backends.python._triton_errors import TritonModelException
+from workbench.backends.python._model_errors import TritonModelException
 
 #: ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (re-exported by ``pb_utils``)
 FINAL_FLAG = 1

@@ -10,7 +10,7 @@ from collections.abc import Hashable, Iterator
 
 import pytest
 
-from workbench.backends.python._channel import Channel, ChannelClosed, Message
+from workbench.backends.python._wire_channel import Channel, ChannelClosed, Message
 
 
 def _frame(message: Message) -> bytes:

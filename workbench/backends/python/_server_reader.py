@@ -18,7 +18,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Hashable
 
-from workbench.backends.python._channel import Channel, ChannelClosed, Message
+from workbench.backends.python._wire_channel import Channel, ChannelClosed, Message
 
 #: gets the reply, or None and the error when the stub went away first
 ReplyCallback = Callable[[Message | None, BaseException | None], None]

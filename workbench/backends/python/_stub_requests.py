@@ -1,7 +1,7 @@
 """The stub's side of an ``EXECUTE``: wire requests to ``pb_utils`` requests, and the model's
 responses straight back to wire results.
 
-The server goes through core ``ExecRequest``/``ExecResult`` objects (``_protocol``); in the
+The server goes through core ``ExecRequest``/``ExecResult`` objects (``_wire_messages``); in the
 stub nothing else needs them, so every call would build and convert one more layer of objects
 per request, tensor and response. Decoupled models still go through them: their responses
 leave one at a time, through each request's ``respond``.
@@ -14,10 +14,15 @@ from typing import Any
 
 from workbench._types import Parameters
 from workbench.backends.python import pb_utils
-from workbench.backends.python._bridge import failed_result, output_part, pb_request
-from workbench.backends.python._protocol import ErrorWire, RequestWire, ResultWire, error_to_wire
-from workbench.backends.python._runner import ModelSpec
-from workbench.backends.python._shm import BlockWriter, Part, Region, TensorDesc, read_arrays
+from workbench.backends.python._model_bridge import failed_result, output_part, pb_request
+from workbench.backends.python._model_runner import ModelSpec
+from workbench.backends.python._wire_messages import (
+    ErrorWire,
+    RequestWire,
+    ResultWire,
+    error_to_wire,
+)
+from workbench.backends.python._wire_shm import BlockWriter, Part, Region, TensorDesc, read_arrays
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.errors import WorkbenchError
 

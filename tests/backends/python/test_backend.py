@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from tests.backends.model_folders import context_for, load_config, request, write_model
+from tests.backends.python.fakes import FakeClient
 from workbench._types import Tensor
 from workbench.backends import get_backend
 from workbench.backends.python import PythonBackend
@@ -321,31 +321,6 @@ def test_auto_complete_rejects_smaller_max_batch_size(repo: Path) -> None:
     folder = write_model(repo, "auto", pbtxt, {"1/model.py": AUTO_COMPLETE})
     with pytest.raises(ConfigError, match="configuration specified max_batch_size 32"):
         PythonBackend().auto_complete(load_config(folder), folder, folder / "1")
-
-
-class FakeClient:
-    """Answers BLS calls: ``double`` doubles ``X``; anything else is not found."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, list[str] | None]] = []
-
-    def infer_sync(
-        self,
-        model_name: str,
-        inputs: Sequence[Tensor],
-        *,
-        model_version: int = -1,
-        requested_outputs: Sequence[str] | None = None,
-        parameters: dict[str, Any] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Tensor]:
-        self.calls.append((model_name, list(requested_outputs) if requested_outputs else None))
-        if model_name != "double":
-            raise NotFoundError(f"Request for unknown model: '{model_name}' is not found")
-        return [Tensor("Y", "FP32", inputs[0].array * 2)]
-
-    def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
-        return model_name == "double"
 
 
 BLS_MODEL = """

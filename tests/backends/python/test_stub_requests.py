@@ -11,19 +11,19 @@ import pytest
 
 from tests.backends.model_folders import request
 from workbench.backends.python import pb_utils
-from workbench.backends.python._protocol import (
+from workbench.backends.python._model_runner import ModelSpec
+from workbench.backends.python._stub_requests import ResponseWriter, failed_wires, read_pb_requests
+from workbench.backends.python._wire_messages import (
     read_results,
     write_requests,
 )
-from workbench.backends.python._runner import ModelSpec
-from workbench.backends.python._shm import (
+from workbench.backends.python._wire_shm import (
     IN_PLACE_BYTES,
     BlockWriter,
     Region,
     create_region_fd,
     read_arrays,
 )
-from workbench.backends.python._stub_wire import ResponseWriter, failed_wires, read_pb_requests
 from workbench.errors import InternalError, NotFoundError
 
 SPEC = ModelSpec("m", False, ("A", "B"), {"A": "INT32", "B": "FP32"})
