@@ -64,13 +64,6 @@ def config_to_wire(data_type: int | str) -> str:
     return name
 
 
-def wire_to_config(datatype: str) -> str:
-    """``FP32`` -> ``TYPE_FP32``; ``BYTES`` -> ``TYPE_STRING``."""
-    if datatype not in WIRE_TO_NUMPY:
-        raise InvalidArgumentError(f"unknown data type '{datatype}'")
-    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
-
-
 def wire_to_config_enum(datatype: str) -> int:
     """``FP32`` -> the ``inference.DataType`` enum number of ``TYPE_FP32``."""
     name = "STRING" if datatype == "BYTES" else datatype

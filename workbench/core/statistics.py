@@ -218,7 +218,3 @@ def failure_reason(error: BaseException) -> str:
         return str(reason)
     return "CANCELED" if getattr(error, "code", "") == "CANCELLED" else "OTHER"
 
-
-def empty_stats(name: str, version: int) -> dict[str, Any]:
-    """Statistics of a version that has not served anything (or is not loaded)."""
-    return ModelStatistics(name, version).to_json()
