@@ -68,10 +68,9 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
-from workbench.export.triton_process import stop_session, wait_http
-from workbench.export.tritonserver import prepend_env
+from workbench.export.triton_process import TritonProcess, wait_http
+from workbench.export.tritonserver import TritonBinary, prepend_env
 
 PYTRITON_VERSION = "0.7.0"
 TRITONCLIENT_VERSION = "2.41.0"
@@ -107,10 +106,6 @@ class PeersUnavailable(RuntimeError):
         self.offline = offline
 
 
-class TritonStartError(RuntimeError):
-    """tritonserver exited or did not become ready in time; the message ends with its log."""
-
-
 @dataclass(frozen=True)
 class Peers:
     """Paths of the prepared peers and the environment their processes need."""
@@ -126,6 +121,10 @@ class Peers:
     def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """``base`` (default ``os.environ``) with ``env`` applied: PATH and LD_LIBRARY_PATH."""
         return prepend_env(self.env, base)
+
+    def binary(self) -> TritonBinary:
+        """The prepared tritonserver as ``workbench.export`` runs one."""
+        return TritonBinary(self.tritonserver, self.backend_dir, "peers", dict(self.env))
 
 
 def peers_dir() -> Path:
@@ -343,8 +342,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class TritonServerProcess:
-    """Real tritonserver on loopback, as a context manager; stopped by pid on exit.
+class TritonServerProcess(TritonProcess):
+    """Real tritonserver 2.51 from the prepared peers on loopback, as a context manager;
+    stopped by pid on exit. Unlike promote's verification it is strict (a model that fails
+    to load at start fails the start) and ``start`` waits until the server is ready.
 
     ``http_url``/``grpc_url`` are ``host:port`` strings as tritonclient and perf_analyzer want.
     """
@@ -361,113 +362,40 @@ class TritonServerProcess:
         stop_timeout_s: float = 15.0,
         extra_args: Sequence[str] = (),
     ) -> None:
+        super().__init__(
+            model_repository,
+            binary=peers.binary(),
+            log_path=log_path,
+            load_models=load_models,
+            model_control_mode=model_control_mode,
+            tolerant=False,
+            readiness="ready",
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+            extra_args=extra_args,
+        )
         self.peers = peers
-        self.model_repository = Path(model_repository).resolve()
-        self.log_path = log_path or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
-        self.model_control_mode = model_control_mode
-        self.load_models = tuple(load_models) if model_control_mode == "explicit" else ()
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.extra_args = tuple(extra_args)
-        self.http_port = self.grpc_port = self.metrics_port = 0
-        self.process: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
 
     @property
+    def model_repository(self) -> Path:
+        return self.repository
+
+    @property
     def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return self.http_address
 
     @property
     def pid(self) -> int:
         assert self.process is not None, "tritonserver is not running"
         return self.process.pid
 
-    def command(self) -> list[str]:
-        """The tritonserver command line for the current ports."""
-        command = [
-            str(self.peers.tritonserver),
-            f"--model-repository={self.model_repository}",
-            f"--backend-directory={self.peers.backend_dir}",
-            f"--model-control-mode={self.model_control_mode}",
-            "--http-address=127.0.0.1", f"--http-port={self.http_port}",
-            "--allow-grpc=true", "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
-            "--allow-metrics=true", "--metrics-address=127.0.0.1",
-            f"--metrics-port={self.metrics_port}",
-            "--log-verbose=0", "--exit-timeout-secs=5",
-        ]  # fmt: skip
-        command += [f"--load-model={name}" for name in self.load_models]
-        return command + list(self.extra_args)
-
-    def log_text(self) -> str:
-        """Everything tritonserver wrote to stdout and stderr so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
     def start(self, attempts: int = 3) -> TritonServerProcess:
         """Start tritonserver and wait for ``/v2/health/ready``; retry on a port clash."""
         started = time.monotonic()
-        for attempt in range(attempts):
-            try:
-                self._start_once()
-            except TritonStartError:
-                if attempt + 1 == attempts or "already in use" not in self.log_text():
-                    raise
-            else:
-                self.startup_s = time.monotonic() - started
-                return self
-        raise AssertionError("unreachable")
-
-    def _start_once(self) -> None:
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.peers.child_env(),
-                start_new_session=True,
-            )
-        try:
-            self._wait_ready()
-        except TritonStartError:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> None:
-        assert self.process is not None
-        failure = wait_ready(self.process, self.http_url, self.startup_timeout_s)
-        if failure is not None:
-            raise TritonStartError(self._failure(failure))
-
-    def _failure(self, what: str) -> str:
-        return f"tritonserver {what}; log {self.log_path}:\n{self.log_text()[-4000:]}"
-
-    def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after ``stop_timeout_s``; also kills leftover stub processes."""
-        process, self.process = self.process, None
-        return None if process is None else stop_session(process, self.stop_timeout_s)
-
-    def __enter__(self) -> TritonServerProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().start(attempts)
+        self.startup_s = time.monotonic() - started
+        return self
 
 
 def wait_ready(process: subprocess.Popen[bytes], http_url: str, timeout_s: float) -> str | None:

@@ -30,9 +30,12 @@ def _free_port(host: str) -> int:
 class TritonProcess:
     """tritonserver serving ``repository`` (explicit model control, every model loaded).
 
-    A model that fails to load does not stop the server (``--exit-on-error=false``); ask
-    ``model_ready``. The attributes mirror ``workbench.server.hosting.Server``: ``url``,
-    ``http_address``, ``grpc_url``, ``metrics_url``, ``running``, ``start()``, ``stop()``.
+    With ``tolerant`` (the default) a model that fails to load does not stop the server
+    (``--exit-on-error=false``, ``--strict-readiness=false``); ask ``model_ready``. ``start``
+    waits for ``/v2/health/<readiness>``. The attributes mirror
+    ``workbench.server.hosting.Server``: ``url``, ``http_address``, ``grpc_url``,
+    ``metrics_url``, ``running``, ``start()``, ``stop()``. The tests' side-by-side harness
+    (``tests/integration/peers.py``) runs real Triton through this class too.
     """
 
     #: there is no in-process core to inspect (``Workbench`` checks for it)
@@ -46,11 +49,18 @@ class TritonProcess:
         host: str = "127.0.0.1",
         log_path: StrPath | None = None,
         load_models: Sequence[str] = ("*",),
+        model_control_mode: str = "explicit",
+        tolerant: bool = True,
+        readiness: str = "live",
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 15.0,
         extra_args: Sequence[str] = (),
     ) -> None:
         self.repository = Path(repository).resolve()
+        self.model_control_mode = model_control_mode
+        self.tolerant = tolerant
+        #: ``live`` or ``ready``: the health route ``start`` waits for
+        self.readiness = readiness
         self.binary = binary or find_tritonserver()
         self.host = host
         if log_path is None:
@@ -58,7 +68,7 @@ class TritonProcess:
             os.close(handle)
             log_path = name
         self.log_path = Path(log_path)
-        self.load_models = tuple(load_models)
+        self.load_models = tuple(load_models) if model_control_mode == "explicit" else ()
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.extra_args = tuple(extra_args)
@@ -95,9 +105,9 @@ class TritonProcess:
         command = [
             str(self.binary.executable),
             f"--model-repository={self.repository}",
-            "--model-control-mode=explicit",
+            f"--model-control-mode={self.model_control_mode}",
             *(f"--load-model={name}" for name in self.load_models),
-            "--exit-on-error=false", "--strict-readiness=false",
+            *(["--exit-on-error=false", "--strict-readiness=false"] if self.tolerant else []),
             f"--http-address={self.host}", f"--http-port={self.http_port}",
             "--allow-grpc=true", f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
             "--allow-metrics=true", f"--metrics-address={self.host}",
@@ -153,7 +163,8 @@ class TritonProcess:
     def _wait_live(self) -> str | None:
         """None once the server answers; else why it never did."""
         assert self.process is not None
-        return wait_http(self.process, f"{self.url}/v2/health/live", self.startup_timeout_s)
+        route = f"{self.url}/v2/health/{self.readiness}"
+        return wait_http(self.process, route, self.startup_timeout_s)
 
     def stop(self) -> int | None:
         """SIGTERM, SIGKILL after ``stop_timeout_s``, then the stubs left in its group."""
