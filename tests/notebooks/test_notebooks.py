@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,11 +17,17 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 pytestmark = [pytest.mark.notebook, pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["01_quickstart.ipynb", "02_tune_batching.ipynb", "03_ensemble.ipynb", "04_from_torch.ipynb"],
-)
-def test_notebook_runs_headless(name: str) -> None:
+NAMES = [
+    "01_quickstart.ipynb",
+    "02_tune_batching.ipynb",
+    "03_ensemble.ipynb",
+    "04_from_torch.ipynb",
+]
+#: the pause between cells when a user runs them one by one (a sweep goes on meanwhile)
+PAUSE_S = 2.0
+
+
+def _client(name: str) -> tuple[object, nbclient.NotebookClient]:
     if name == "04_from_torch.ipynb":
         pytest.importorskip("torch")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -29,7 +37,30 @@ def test_notebook_runs_headless(name: str) -> None:
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
+    return notebook, client
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_headless(name: str) -> None:
+    """As "Run All": each cell starts as soon as the one before it ends."""
+    notebook, client = _client(name)
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    _check_outputs(name, notebook)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_cell_by_cell_with_pauses(name: str) -> None:
+    """As a user runs it: one cell, a pause (background work such as a sweep goes on), the
+    next; the same outputs as "Run All"."""
+    notebook, client = _client(name)
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells):  # type: ignore[attr-defined]
+            client.execute_cell(cell, index)
+            time.sleep(PAUSE_S if cell.cell_type == "code" else 0)
+    _check_outputs(name, notebook)
+
+
+def _check_outputs(name: str, notebook: Any) -> None:
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("text/html" in o.get("data", {}) for o in outputs)  # the Workbench display
