@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 
 from tests.backends.model_folders import context_for, request, write_model
 from workbench.backends import get_backend
 from workbench.backends.pytorch import input_positions, output_positions
-from workbench.errors import UnavailableError
+from workbench.errors import InvalidArgumentError, UnavailableError
+from workbench.server.hosting import Server
 
 torch = pytest.importorskip("torch")
 
@@ -137,3 +140,80 @@ def test_runtime_error_fails_the_batch(repo: Path) -> None:
     a, b = np.ones((1, 2), np.int64), np.ones((1, 3), np.int64)
     [result] = instance.execute([request({"A__0": a, "B__1": b})])
     assert result.error is not None and "submul" in str(result.error)
+
+
+class Accumulate(torch.nn.Module):
+    """``OUTPUT__0 = INPUT__0 + STATE_IN__1``; the new state is the output (a running sum)."""
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        total = x + state
+        return total, total
+
+
+STATE_PBTXT = """
+name: "{name}"
+backend: "pytorch"
+max_batch_size: 1
+input [{{ name: "{input}" data_type: TYPE_FP32 dims: [ 1 ] }}]
+output [{{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1 ] }}]
+sequence_batching {{
+  max_sequence_idle_microseconds: 5000000
+  direct {{ }}
+  state [{{
+    input_name: "STATE_IN__1" output_name: "{state_out}" data_type: TYPE_FP32 dims: [ 1 ]
+    initial_state {{ data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" }}
+  }}]
+}}
+"""
+
+
+def _state_model(repo: Path, name: str, input_name: str, state_out: str) -> Path:
+    pbtxt = STATE_PBTXT.format(name=name, input=input_name, state_out=state_out)
+    return write_model(repo, name, pbtxt, {"1/model.pt": _scripted(Accumulate())})
+
+
+def test_implicit_state_binds_by_index_like_an_input_and_an_output(repo: Path) -> None:
+    folder = _state_model(repo, "acc", "INPUT__0", "STATE_OUT__1")
+    instance = PyTorchBackend().create_instance(context_for(folder))
+    x, state = np.array([[5.0]], np.float32), np.array([[2.0]], np.float32)
+    [result] = instance.execute([request({"INPUT__0": x, "STATE_IN__1": state})])
+    assert {t.name: t.array.tolist() for t in result.outputs} == {
+        "OUTPUT__0": [[7.0]],
+        "STATE_OUT__1": [[7.0]],
+    }
+
+
+@pytest.mark.parametrize(
+    ("input_name", "state_out", "message"),
+    [
+        ("INPUT", "STATE_OUT__1", "not all inputs and outputs follow the <name>__<index>"),
+        ("x", "STATE_OUT__1", "not all inputs and outputs follow the <name>__<index>"),
+        ("INPUT__0", "STATE_OUT", "but state 'STATE_OUT' does not follow the <name>__<index>"),
+    ],
+)
+def test_a_model_with_state_must_name_everything_by_index(
+    repo: Path, input_name: str, state_out: str, message: str
+) -> None:
+    folder = _state_model(repo, "acc", input_name, state_out)
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        PyTorchBackend().create_instance(context_for(folder))
+
+
+def test_a_sequence_carries_its_state_through_a_torchscript_model(tmp_path: Path) -> None:
+    _state_model(tmp_path, "acc", "INPUT__0", "STATE_OUT__1")
+    with Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0) as server:
+        sums = []
+        for index, value in enumerate([5.0, 6.0, 7.0]):
+            flags = {"sequence_start": index == 0, "sequence_end": index == 2}
+            body = {
+                "inputs": [
+                    {"name": "INPUT__0", "shape": [1, 1], "datatype": "FP32", "data": [value]}
+                ],
+                "parameters": {"sequence_id": 41, **flags},
+            }
+            reply = requests.post(f"{server.url}/v2/models/acc/infer", json=body, timeout=30)
+            assert reply.status_code == 200, reply.text
+            outputs = reply.json()["outputs"]
+            assert [o["name"] for o in outputs] == ["OUTPUT__0"]  # the state stays inside
+            sums.append(outputs[0]["data"][0])
+    assert sums == [5.0, 11.0, 18.0]

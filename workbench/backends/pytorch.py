@@ -4,6 +4,11 @@ Inputs reach ``forward`` as Triton's libtorch backend passes them: by ``forward`
 name when every configured input is one, else by the ``<name>__<index>`` convention, else in
 configuration order. Outputs are picked from the returned tuple by ``__<index>`` or, failing
 that, by configuration order.
+
+Implicit state (``sequence_batching.state``) is bound like one more input and output, by its
+``__<index>``: as in Triton's backend (``ValidateInputs``/``ValidateOutputs`` in
+``src/pt/model_instance_state.cc``), a model with state must name every input, output and
+state ``<name>__<index>``, or it does not load.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from workbench.backends._batching import (
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
 from workbench.errors import (
     InternalError,
+    InvalidArgumentError,
     MissingDependencyError,
     UnavailableError,
     UnsupportedError,
@@ -99,6 +105,29 @@ class PyTorchBackend:
         return PyTorchInstance(context, module, device)
 
 
+def _require_named_index(model: str, named: bool, states: Sequence[Any]) -> None:
+    """Triton's refusal of a model with state whose tensors are not all ``<name>__<index>``
+    (``named``: the inputs and outputs are bound by that convention)."""
+    if not named:
+        raise InvalidArgumentError(
+            f"PyTorch model '{model}' is using sequence batching with state but not all inputs "
+            "and outputs follow the <name>__<index> naming convention. "
+        )
+    for state in states:
+        for name in (state.input_name, state.output_name):
+            if _named_index(name) is None:
+                raise InvalidArgumentError(
+                    f"PyTorch model '{model}' is using sequence batching with state but state "
+                    f"'{name}' does not follow the <name>__<index> naming convention. "
+                )
+
+
+def _state_index(name: str) -> int:
+    index = _named_index(name)
+    assert index is not None  # checked by _require_named_index
+    return index
+
+
 def _device(torch: Any, context: InstanceContext) -> Any:
     if context.kind != "KIND_GPU":
         return torch.device("cpu")
@@ -127,8 +156,20 @@ class PyTorchInstance:
         self.module = module
         self.device = device
         self._torch = _torch()
-        self._inputs = input_positions([i.name for i in config.input], _forward_arguments(module))
+        arguments = _forward_arguments(module)
+        self._inputs = input_positions([i.name for i in config.input], arguments)
         self._outputs = output_positions([o.name for o in config.output])
+        states = list(config.sequence_batching.state)
+        if states:
+            # inputs bound by argument name follow Triton's FORWARD_ARGUMENT convention
+            by_argument = all(name in arguments for name in self._inputs)
+            names = [*self._inputs, *self._outputs]
+            named = not by_argument and all(_named_index(n) is not None for n in names)
+            _require_named_index(config.name, named, states)
+            self._inputs |= {s.input_name: _state_index(s.input_name) for s in states}
+            self._outputs |= {s.output_name: _state_index(s.output_name) for s in states}
+        self._bf16 = {i.name for i in config.input if i.data_type == TYPE_BF16}
+        self._bf16 |= {s.input_name for s in states if s.data_type == TYPE_BF16}
         self._declared = declared_output_types(config)
         self._max_batch_size = config.max_batch_size
 
@@ -162,12 +203,8 @@ class PyTorchInstance:
             index = self._inputs[name]
             if index >= len(args):
                 raise InternalError(f"input '{name}' has index {index} beyond the inputs")
-            args[index] = self._to_torch(array, bf16=self._is_bf16_input(name))
+            args[index] = self._to_torch(array, bf16=name in self._bf16)
         return args
-
-    def _is_bf16_input(self, name: str) -> bool:
-        config_input = next(i for i in self.context.config.input if i.name == name)
-        return bool(config_input.data_type == TYPE_BF16)
 
     def _to_torch(self, array: np.ndarray, *, bf16: bool) -> Any:
         torch = self._torch
