@@ -217,4 +217,3 @@ def failure_reason(error: BaseException) -> str:
     if reason in FAILURE_REASONS:
         return str(reason)
     return "CANCELED" if getattr(error, "code", "") == "CANCELLED" else "OTHER"
-
