@@ -5,10 +5,16 @@ folders found across every ``--model-repository`` root, ``config.pbtxt`` or the 
 ``configs/<name>.pbtxt`` of ``--model-config-name``, numeric version folders, and the
 temporary folders of a load with ``file:`` overrides. Every call reads the disk afresh, so the
 poll loop and explicit loads always see the current state.
+
+A root may be remote (``s3://``, ``gs://``, ``as://``, as Triton accepts them): it is copied
+into a local mirror when the repository opens (``remote_mirror.py``), brought up to date by
+each ``snapshot()`` (the poll loop) and per model by ``refresh()`` (explicit loads), and
+deleted by ``close()``; every other method reads the mirror like any local root.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -21,8 +27,13 @@ from workbench.errors import (
     ConfigError,
     InvalidArgumentError,
     NotFoundError,
+    WorkbenchError,
 )
 from workbench.repository import _override, poll, versions
+from workbench.repository.remote_mirror import RemoteMirror
+from workbench.repository.remote_url import parse_remote_url
+
+log = logging.getLogger("workbench.repository")
 
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIG_FOLDER = "configs"
@@ -35,24 +46,63 @@ class ModelRepository:
         raw = [paths] if isinstance(paths, str) or not isinstance(paths, Sequence) else paths
         if not raw:
             raise InvalidArgumentError("at least one model repository path is required")
+        #: remote roots by URL, each with its local copy
+        self._mirrors: dict[str, RemoteMirror] = {}
         roots: list[Path] = []
-        for path in raw:
-            root = Path(path).expanduser().resolve()
-            if not root.is_dir():
-                raise NotFoundError(
-                    f"model repository path '{path}' does not exist or is not a directory"
-                )
-            if root not in roots:  # Triton keeps its repository paths in a set
-                roots.append(root)
+        try:
+            for path in raw:
+                root = self._local_root(path)
+                if root not in roots:  # Triton keeps its repository paths in a set
+                    roots.append(root)
+        except BaseException:
+            self.close()  # the copies of remote roots opened before the failing one
+            raise
         self._roots = tuple(roots)
+
+    def _local_root(self, path: StrPath) -> Path:
+        """The folder to read for one repository path; a remote one is copied there first."""
+        url = parse_remote_url(path)
+        if url is not None:
+            if url.url not in self._mirrors:
+                self._mirrors[url.url] = RemoteMirror.open(url)
+            return self._mirrors[url.url].local_root
+        root = Path(path).expanduser().resolve()
+        if not root.is_dir():
+            raise NotFoundError(
+                f"model repository path '{path}' does not exist or is not a directory"
+            )
+        return root
 
     @property
     def roots(self) -> tuple[Path, ...]:
         """The repository roots, absolute, in the order given (duplicates dropped)."""
         return self._roots
 
+    @property
+    def remote_urls(self) -> tuple[str, ...]:
+        """The remote roots (``s3://...``) among the paths given, as given."""
+        return tuple(self._mirrors)
+
     def __repr__(self) -> str:
-        return f"ModelRepository({[str(root) for root in self._roots]!r})"
+        remote = {mirror.local_root: url for url, mirror in self._mirrors.items()}
+        return f"ModelRepository({[remote.get(root, str(root)) for root in self._roots]!r})"
+
+    def refresh(self, name: str) -> None:
+        """Copy model ``name``'s folder afresh from the remote roots, as Triton copies a
+        remote model for each load (explicit loads); nothing to do for local roots.
+
+        Raises ``UnavailableError``/``NotFoundError`` when a remote root cannot be read.
+        """
+        if not self._mirrors:
+            return
+        validate_model_name(name)
+        for mirror in self._mirrors.values():
+            mirror.sync(name, fresh=True)
+
+    def close(self) -> None:
+        """Delete the local copies of remote roots (the server does at stop); idempotent."""
+        for mirror in self._mirrors.values():
+            mirror.close()
 
     def __contains__(self, name: object) -> bool:
         """Whether ``name`` is a model that can load (found in exactly one root)."""
@@ -144,7 +194,9 @@ class ModelRepository:
         """``{name: fingerprint}`` for every loadable model; compare with ``diff_snapshots``.
 
         Models found in several roots are left out, so poll mode unloads them as Triton does.
+        Remote roots are synced first; one that cannot be read keeps its last copy (logged).
         """
+        self._sync_mirrors()
         shadowed = self.duplicates()
         snapshot: dict[str, str] = {}
         for root in self._roots:
@@ -178,6 +230,13 @@ class ModelRepository:
     def remove_override(model_dir: Path) -> None:
         """Delete a folder made by ``write_override``; any other path is left alone."""
         _override.remove_override_dir(model_dir)
+
+    def _sync_mirrors(self) -> None:
+        for mirror in self._mirrors.values():
+            try:
+                mirror.sync()
+            except (WorkbenchError, OSError) as exc:  # the poll goes on with the last copy
+                log.warning("failed to poll model repository '%s': %s", mirror.url.url, exc)
 
     def _locations(self, name: str) -> list[Path]:
         if name.startswith("."):
