@@ -24,13 +24,14 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from workbench.bench import SweepResult
-    from workbench.notebook import ConfigEditor, Workbench
+    from workbench.notebook import ConfigEditor, TraceReport, Workbench
     from workbench.server.hosting import Server
 
 _LAZY = {
     "ConfigEditor": "workbench.notebook",
     "Server": "workbench.server.hosting",
     "SweepResult": "workbench.bench",
+    "TraceReport": "workbench.notebook",
     "Workbench": "workbench.notebook",
 }
 
@@ -68,6 +69,7 @@ __all__ = [
     "NotFoundError",
     "Server",
     "SweepResult",
+    "TraceReport",
     "UnavailableError",
     "UnsupportedError",
     "Workbench",

@@ -169,6 +169,11 @@ def error_cases() -> list[Case]:
     return [
         Case("error_infer_unknown_model", "POST", "/v2/models/nope/infer", _infer_body(ones)),
         Case("error_metadata_unknown_model", "GET", "/v2/models/nope"),
+        Case("error_trace_unknown_model", "GET", "/v2/models/nope/trace/setting"),
+        Case("error_trace_file_not_updatable", "POST", "/v2/trace/setting",
+             {"trace_file": "/tmp/trace.json"}),
+        Case("error_trace_needs_a_file", "POST", "/v2/trace/setting",
+             {"trace_level": ["TIMESTAMPS"]}, note="the server has no trace file"),
         Case("error_config_unknown_model", "GET", "/v2/models/nope/config"),
         Case("error_ready_unknown_model", "GET", "/v2/models/nope/ready"),
         Case("error_stats_unknown_model", "GET", "/v2/models/nope/stats"),

@@ -62,11 +62,9 @@ def _masked(body: dict[str, Any], root: Any) -> dict[str, Any]:
     return {k: v.replace(folder, "<repo>") if isinstance(v, str) else v for k, v in body.items()}
 
 
-#: Deliberate differences, each with its reason; the test asserts our side of them.
-#: - trace: tracing is not implemented, so we answer as a tritonserver built without it.
-#: - server_metadata: we list only the extensions we implement (perf_analyzer reads this list),
-#:   so "cuda_shared_memory" and "trace" are absent until they exist.
-NOT_IMPLEMENTED = {"trace_settings", "trace_settings_add_one"}
+#: Deliberate difference: server_metadata lists only the extensions we implement
+#: (perf_analyzer reads this list), so "cuda_shared_memory" is absent on a machine without GPUs.
+#: Tracing is compared in depth in test_conformance_trace.py; its GET cases run here too.
 
 
 def test_extensions_are_a_subset_of_tritons(
@@ -76,21 +74,15 @@ def test_extensions_are_a_subset_of_tritons(
     real, ours = send(_port(real_triton), case)["body"], send(_port(embedded_server), case)["body"]
     assert (ours["name"], ours["version"]) == (real["name"], real["version"])
     assert [e for e in real["extensions"] if e in ours["extensions"]] == ours["extensions"]
-    assert {"statistics", "binary_tensor_data", "model_repository"} <= set(ours["extensions"])
-
-
-@pytest.mark.parametrize("name", sorted(NOT_IMPLEMENTED))
-def test_unimplemented_extensions_answer_like_a_build_without_them(
-    name: str, embedded_server: Server
-) -> None:
-    reply = send(_port(embedded_server), CASES[name])
-    assert reply["status"] == 503 and "does not support tracing" in reply["body"]["error"]
+    assert {"statistics", "binary_tensor_data", "model_repository", "trace"} <= set(
+        ours["extensions"]
+    )
 
 
 CASES = {case.name: case for case in ok_cases() + metadata_cases() + error_cases()}
 #: stats depend on the order of earlier cases; checked separately below.
 ORDER_DEPENDENT = {"model_stats_add_one_after_one_infer", "model_stats_all"}
-SEPARATE = ORDER_DEPENDENT | NOT_IMPLEMENTED | {"server_metadata"}
+SEPARATE = ORDER_DEPENDENT | {"server_metadata"}
 
 
 @pytest.mark.parametrize("name", sorted(set(CASES) - SEPARATE))

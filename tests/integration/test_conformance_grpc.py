@@ -358,11 +358,21 @@ for _key, _value in {
 }.items():
     UNARY_CASES[f"infer_parameter_ok_{_key}"] = ("ModelInfer", _add_one(parameters={_key: _value}))
 
-#: deliberate differences, each asserted on our side by ``test_deliberate_differences``:
-#: - trace: not implemented, answered as a tritonserver built without tracing;
-#: - CUDA shared memory: answered as a build without GPUs (pytriton's has them).
+#: trace settings (read only: these servers have no trace file; test_conformance_trace.py
+#: changes them on servers of its own)
+UNARY_CASES["trace_setting"] = ("TraceSetting", pb.TraceSettingRequest())
+UNARY_CASES["trace_setting_add_one"] = (
+    "TraceSetting",
+    pb.TraceSettingRequest(model_name="add_one"),
+)
+UNARY_CASES["trace_setting_unknown_model"] = (
+    "TraceSetting",
+    pb.TraceSettingRequest(model_name="nope"),
+)
+
+#: deliberate difference, asserted on our side by ``test_deliberate_differences``:
+#: CUDA shared memory is answered as a build without GPUs (pytriton's has them).
 DIFFERENT = {
-    "trace": ("TraceSetting", pb.TraceSettingRequest()),
     "cuda_register": ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest(name="r")),
 }
 
@@ -407,10 +417,6 @@ def test_statistics_after_an_infer_have_tritons_shape(
 
 def test_deliberate_differences(embedded_server: Server) -> None:
     url = grpc_url_of(embedded_server)
-    assert _call(url, *DIFFERENT["trace"]) == {
-        "code": "UNAVAILABLE",
-        "details": "the server does not support trace",
-    }
     assert _call(url, *DIFFERENT["cuda_register"]) == {
         "code": "INVALID_ARGUMENT",
         "details": "failed to register CUDA shared memory region: 'r', GPUs not supported",

@@ -55,8 +55,8 @@ HTTP_REQUESTS: list[tuple[str, str, str, Any, tuple[str, str]]] = [
     # the restriction is checked before the method: 403, not 405
     ("index_wrong_method", "GET", "/v2/repository/index", None, ("Admin-Key", "secret")),
 ]
-#: opened, these answer differently by design (no trace or shared memory here yet)
-ANSWERED_DIFFERENTLY = {"shm_status", "trace", "logging"}
+#: opened, these answer differently by design
+ANSWERED_DIFFERENTLY = {"shm_status", "logging"}
 
 
 @pytest.fixture(scope="module")

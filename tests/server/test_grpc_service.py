@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.server.fake_core import FakeCore
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc import GrpcFrontend, GrpcOptions
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
@@ -47,7 +48,9 @@ class GrpcServer:
 
 
 def serve_grpc(
-    options: GrpcOptions | None = None, core: FakeCore | None = None
+    options: GrpcOptions | None = None,
+    core: FakeCore | None = None,
+    tracer: TraceManager | None = None,
 ) -> Iterator[GrpcServer]:
     """Serve a fake core (a fresh one by default) on a uvloop loop in a thread; yields once
     listening."""
@@ -59,6 +62,7 @@ def serve_grpc(
         options,
         log_settings=settings,
         extensions=DEFAULT_EXTENSIONS,
+        tracer=tracer,
     )
     loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -299,12 +303,32 @@ def test_log_settings_errors(
     assert _code(lambda: stub.LogSettings(request)) == (grpc.StatusCode[code], message)
 
 
-def test_trace_and_shared_memory_answer_as_over_http(grpc_server: GrpcServer) -> None:
+def test_trace_settings_answer_as_over_http(grpc_server: GrpcServer) -> None:
     stub = grpc_server.stub()
-    assert _code(lambda: stub.TraceSetting(pb.TraceSettingRequest())) == (
-        grpc.StatusCode.UNAVAILABLE,
-        "the server does not support trace",
+    answer = stub.TraceSetting(pb.TraceSettingRequest())
+    assert {k: list(v.value) for k, v in answer.settings.items()} == {
+        "trace_level": ["OFF"],
+        "trace_rate": ["1000"],
+        "trace_count": ["-1"],
+        "log_frequency": ["0"],
+        "trace_file": [""],
+        "trace_mode": ["triton"],
+    }
+    value = pb.TraceSettingRequest.SettingValue
+    no_file = pb.TraceSettingRequest(settings={"trace_level": value(value=["TIMESTAMPS"])})
+    assert _code(lambda: stub.TraceSetting(no_file)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Attempting to set invalid trace setting :trace file name is not given",
     )
+    unknown = pb.TraceSettingRequest(model_name="nope")
+    assert _code(lambda: stub.TraceSetting(unknown)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Request for unknown model : nope",
+    )
+
+
+def test_shared_memory_answers_as_over_http(grpc_server: GrpcServer) -> None:
+    stub = grpc_server.stub()
     client = grpc_server.client()
     assert client.get_system_shared_memory_status(as_json=True) == {}
     assert client.get_cuda_shared_memory_status(as_json=True) == {}

@@ -17,6 +17,8 @@ Behaves as Triton 2.51's ensemble scheduler (core ``src/ensemble_scheduler``), a
   Triton's "unexpected deadlock" error, followed by what to request instead.
 - Responses carry Triton's ``sequence_id``/``sequence_start``/``sequence_end`` parameters and
   list outputs in Triton's order (``triton_output_order``), whatever order the request asked.
+- Tracing: the steps of a traced request are traced as its children (``parent_id``), as
+  Triton's ensemble scheduler spawns child traces; the ensemble's own trace has no COMPUTE_*.
 - Statistics: each composing model counts its own requests. The ensemble counts one execution
   and one success per request, and its ``compute_infer`` is the time spent in steps, summed
   over steps. A failed request adds 2 to ``fail``: Triton 2.51 records it when the request
@@ -139,10 +141,28 @@ class EnsembleModel:
                 # Triton 2.51 records a failed ensemble request twice (see the module doc).
                 self.stats.record_failure(times)
                 self.stats.record_failure(times)
+                self._report_trace(request, times)
                 raise
         self.stats.record_execution(batch, times)
         self.stats.record_success(batch, times)
+        self._report_trace(request, times, response.outputs)
         return response
+
+    def _report_trace(
+        self, request: InferRequest, times: RequestTimes, outputs: Sequence[Tensor] = ()
+    ) -> None:
+        """A traced request's timestamps: an ensemble has no COMPUTE_* of its own (its steps'
+        requests are traced as its children)."""
+        if request.trace is not None:
+            request.trace.report_request(
+                self.name,
+                self.version,
+                request.id,
+                times,
+                compute=False,
+                inputs=request.inputs.values(),
+                outputs=outputs,
+            )
 
     async def _execute(
         self, request: InferRequest, batch: int, times: RequestTimes
@@ -230,6 +250,7 @@ class EnsembleModel:
         inputs = self._step_inputs(index, model.config, run.values)
         if model.config.max_batch_size > 0:
             run.batches[index] = next((t.shape[0] for t in inputs.values() if t.shape), 1)
+        trace = run.request.trace
         request = InferRequest(
             model_name=step.model_name,
             model_version=str(model.version),
@@ -237,6 +258,7 @@ class EnsembleModel:
             inputs=inputs,
             requested_outputs=list(step.output_map.keys()),
             parameters=dict(run.request.parameters),
+            trace=None if trace is None else trace.spawn(),
         )
         started = time.monotonic_ns()
         try:

@@ -25,6 +25,7 @@ from workbench.core.model import BackendModel, model_metadata, one_response
 from workbench.core.rate_limiter import RATE_LIMIT_MODES, RateLimiter
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache
+from workbench.core.trace_settings import TraceManager, TraceOptions
 from workbench.errors import (
     ConfigError,
     InternalError,
@@ -69,6 +70,8 @@ class CoreOptions:
     rate_limit_resources: Mapping[str, int] = field(default_factory=dict)
     #: ``--allow-model-upload``: whether a load may carry model files (``file:`` parameters)
     allow_model_upload: bool = True
+    #: ``--trace-config``: the trace setting at start-up
+    trace: TraceOptions = field(default_factory=TraceOptions)
 
 
 def detect_gpu_count() -> int:
@@ -134,6 +137,8 @@ class InferenceCore:
             cache=ResponseCache(self.options.cache_size) if self.options.cache_size else None,
         )
         self.models = ModelManager(repository, load_options, client=lambda: self.client)
+        #: the trace extension's settings; front ends sample requests under them
+        self.tracer = TraceManager(self.options.trace)
         self.client: CoreClient | None = None
         self._started = False
         self._stopping = False
@@ -186,6 +191,7 @@ class InferenceCore:
             log.warning("models did not stop within the exit timeout; ending what still runs")
             deadline.expire("the exit timeout expired")
         self.models.discard_overrides()  # also when the unload above ran out of time
+        self.tracer.close()  # the traces still held are written, the trace file ends
         return clean
 
     def _startup_names(self) -> list[str]:
@@ -384,7 +390,9 @@ class InferenceCore:
             path = await asyncio.to_thread(
                 self.repository.write_override, name, config=override, files=files
             )
-        elif override is None and name not in self.repository.model_names():
+        else:
+            await self._refresh_remote(name)
+        if not files and override is None and name not in self.repository.model_names():
             # Triton answers 500 (an internal error) here, not 404.
             raise InternalError(f"failed to load '{name}', failed to poll from model repository")
         self._waiting_ensembles.discard(name)
@@ -393,6 +401,16 @@ class InferenceCore:
         except WorkbenchError as exc:
             raise load_error(name, exc) from exc
         await self._load_waiting_ensembles()
+
+    async def _refresh_remote(self, name: str) -> None:
+        """Copy a model of a remote repository afresh, as Triton does for each explicit load."""
+        try:
+            await asyncio.to_thread(self.repository.refresh, name)
+        except WorkbenchError as exc:
+            log.warning("failed to load '%s': %s", name, exc)
+            raise InternalError(
+                f"failed to load '{name}', failed to poll from model repository"
+            ) from exc
 
     async def _load_waiting_ensembles(self) -> None:
         """Load the ensembles a composing model's unload took down, once they can serve."""

@@ -136,6 +136,8 @@ class BackendModel:
                 self.stats.record_cache_hit(times, lookup.started_ns, lookup.lookup_ns)
                 return self._response(request, ExecResult(outputs=lookup.outputs))
         result = await self._schedule(request, rows, times)
+        if request.trace is not None:  # the one check tracing adds to an untraced request
+            self._report_trace(request, times, result)
         if result.error is not None:
             if result.error_is_response:
                 self.stats.record_success(rows, times)
@@ -160,10 +162,26 @@ class BackendModel:
                 raise
             except WorkbenchError as exc:
                 self.stats.record_failure(times, failure_reason(exc))
+                if request.trace is not None:
+                    self._report_trace(request, times)
                 raise
             finally:
                 if times.pending:  # it never executed (rejected, timed out, cancelled)
                     self.stats.leave_queue(times)
+
+    def _report_trace(
+        self, request: InferRequest, times: RequestTimes, result: ExecResult | None = None
+    ) -> None:
+        """Write a traced request's timestamps (those its statistics took) and tensors."""
+        assert request.trace is not None
+        request.trace.report_request(
+            self.name,
+            self.version,
+            request.id,
+            times,
+            inputs=request.inputs.values(),
+            outputs=result.outputs if result is not None and result.error is None else (),
+        )
 
     def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
         """Every response of a request, in order; the last one has ``final`` set.

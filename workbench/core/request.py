@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ResponseSender
+from workbench.core.trace import InferenceTrace
 from workbench.errors import InvalidArgumentError
 
 
@@ -32,6 +33,8 @@ class InferRequest:
     deferred_inputs: dict[str, DeferredInput] | None = None
     #: the shared-memory regions the request reads and writes (see ``SharedMemoryUse``)
     shared_memory: SharedMemoryUse | None = None
+    #: set by a front end when the request is traced (``workbench.core.trace``)
+    trace: InferenceTrace | None = None
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,10 @@ def triton_engine(
     host: str,
     tritonserver: StrPath | None,
     server_options: Mapping[str, Any],
+    trace_config: Sequence[str] = (),
 ) -> TritonProcess:
-    """A (not yet started) tritonserver on ``repository`` for the facade."""
+    """A (not yet started) tritonserver on ``repository`` for the facade, with
+    ``--trace-config`` flags (the trace file ``Workbench.trace`` reads)."""
     if engine not in ENGINES:
         raise InvalidArgumentError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if server_options:
@@ -28,7 +30,10 @@ def triton_engine(
             "engine='tritonserver' takes no embedded-server options "
             f"({', '.join(sorted(server_options))}); put them in the model configs instead"
         )
-    return TritonProcess(repository, binary=find_tritonserver(tritonserver), host=host)
+    flags = [arg for value in trace_config for arg in ("--trace-config", value)]
+    return TritonProcess(
+        repository, binary=find_tritonserver(tritonserver), host=host, extra_args=flags
+    )
 
 
 __all__ = ["ENGINES", "triton_engine"]

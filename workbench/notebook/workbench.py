@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import collections
 import html
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from workbench.notebook.config_editor import ConfigEditor
 from workbench.notebook.explain import explained, infer_details, model_details
 from workbench.notebook.model_export import export_onnx, export_torch
 from workbench.notebook.remote import RemoteServer, refused_control
+from workbench.notebook.trace_view import trace_directory
 from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
 
@@ -67,11 +69,15 @@ class Workbench:
         self.sweeps: dict[str, Any] = {}
         self.history: dict[str, collections.deque[dict[str, Any]]] = {}
         self._http: TritonHttp | None = None
+        self._traces = trace_directory()  # trace() reads the server's trace files there
+        trace_config = [f"triton,file={self._traces / 'trace.json'}"]
         self.server: Any
         if engine != "workbench":
             from workbench.notebook.engine import triton_engine
 
-            self.server = triton_engine(self.repository, engine, host, tritonserver, server_options)
+            self.server = triton_engine(
+                self.repository, engine, host, tritonserver, server_options, trace_config
+            )
             if start:
                 self.start()
             return
@@ -82,6 +88,7 @@ class Workbench:
             "host": host,
             "model_control_mode": "explicit",
             "load_model": ["*"],
+            "trace_config": trace_config,
         }
         options.update(server_options)
         self.server = Server(self.repository, **options)
@@ -103,6 +110,7 @@ class Workbench:
             self._http.close()
             self._http = None
         self.server.stop()
+        shutil.rmtree(self._traces, ignore_errors=True)
 
     @property
     def running(self) -> bool:
@@ -283,6 +291,14 @@ class Workbench:
         itself; a remote one gets its content with the load."""
         config = read_config(self.model_dir(name) / "config.pbtxt") if self.remote else None
         self.load(name, config)
+
+    def trace(self, name: str, requests: int = 10, **options: Any) -> Any:
+        """Trace ``requests`` inferences of ``name`` (Triton's trace extension): a ``TraceReport``
+        draws each request's timeline (queue, compute, ensemble steps) and sums up where time
+        goes. ``inputs=``/``shapes=`` as for ``sweep``; real Triton too (its file read here)."""
+        from workbench.notebook.trace_view import trace_model
+
+        return trace_model(self.server.http_address, name, requests, **options)
 
     def dag(self, name: str) -> Any:
         """The ensemble ``name`` as a plotly figure: inputs, steps and outputs in topological

@@ -47,7 +47,9 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         dest="model_repository",
-        help="model repository path (repeatable)",
+        help="model repository: a folder, or s3://[host:port/]bucket/path, gs://bucket/path, "
+        "as://account/container/path as tritonserver takes them (the 'cloud' extra; copied to "
+        "a temporary folder, deleted at exit) (repeatable)",
     )
     flag("--http-port", type=int, default=8000, help="HTTP/REST port (0: any free port)")
     flag(
@@ -107,6 +109,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     _add_cache_and_rate_limit(flag)
     _add_grpc(flag)
     _add_metrics(flag)
+    flag(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[<mode>,]<setting>=<value>",
+        help="tracing, e.g. triton,file=/tmp/trace.json level=TIMESTAMPS rate=1 count=100 "
+        "triton,log-frequency=50 (repeatable; mode triton only)",
+    )
 
 
 def _add_grpc(flag: Callable[..., object]) -> None:
@@ -360,4 +370,5 @@ def server_from_args(args: argparse.Namespace) -> Server:
         http_idle_timeout_secs=args.http_idle_timeout_secs,
         http_header_timeout_secs=args.http_header_timeout_secs,
         http_max_header_size=args.http_max_header_size,
+        trace_config=args.trace_config,
     )

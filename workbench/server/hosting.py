@@ -47,6 +47,7 @@ from workbench.server.restricted import (
     http_restrictions,
 )
 from workbench.server.shared_memory import SharedMemoryRegistry
+from workbench.server.trace_config import parse_trace_config
 
 log = logging.getLogger("workbench.server")
 #: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
@@ -121,6 +122,10 @@ class Server:
     ``Server("model_repository").start()`` serves in a background thread; ``.url`` is then
     ``http://127.0.0.1:8000`` (or the ephemeral port when ``http_port=0``). Use it as a context
     manager, or call ``.stop()``; ``serve_forever()`` runs in the foreground (the CLI).
+    ``model_repository`` may also be remote (``s3://...``, ``gs://...``, ``as://...``, as
+    tritonserver takes them): it is copied to a temporary folder at start, deleted at stop.
+    ``trace_config`` takes ``--trace-config`` values (``["triton,file=/tmp/t.json",
+    "level=TIMESTAMPS"]``); the trace extension changes them at run time.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class Server:
         http_idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_S,
         http_header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_S,
         http_max_header_size: int = DEFAULT_MAX_HEADER_BYTES,
+        trace_config: Sequence[str] = (),
     ) -> None:
         _check_limits(cache_size, rate_limit, rate_limit_resources or {})
         grpc_options = GrpcOptions(
@@ -198,6 +204,7 @@ class Server:
                 rate_limit=rate_limit.lower(),
                 rate_limit_resources=dict(rate_limit_resources or {}),
                 allow_model_upload=allow_model_upload,
+                trace=parse_trace_config(trace_config),
             ),
             grpc=grpc_options if allow_grpc else None,
             metrics=metrics_options if allow_metrics else None,
@@ -222,6 +229,9 @@ class Server:
         self.shared_memory = SharedMemoryRegistry()
         self._started = threading.Event()
         self._error: BaseException | None = None
+        #: the repository served, opened by ``_bind``; closed at stop when the server opened it
+        self._repository: ModelRepository | None = None
+        self._owns_repository = False
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -310,10 +320,30 @@ class Server:
         self.stop()
 
     def _bind(self) -> None:
-        """Check the repository, then take every port, before any model loads: each mistake
-        is reported as itself, and at once."""
-        if not isinstance(self.model_repository, ModelRepository):
-            ModelRepository(self.model_repository)  # a wrong path, even when a port is busy
+        """Open the repository, then take every port, before any model loads: each mistake
+        is reported as itself, and at once (a wrong path or remote URL, even when a port is
+        busy). A remote repository is copied to a local folder here, deleted at stop."""
+        self._repository = self._open_repository()
+        try:
+            self._bind_ports()
+        except BaseException:
+            self._close_repository()
+            raise
+        self._warn_if_exposed()
+
+    def _open_repository(self) -> ModelRepository:
+        if isinstance(self.model_repository, ModelRepository):
+            self._owns_repository = False  # the caller's: left open at stop
+            return self.model_repository
+        self._owns_repository = True
+        return ModelRepository(self.model_repository)
+
+    def _close_repository(self) -> None:
+        if self._repository is not None and self._owns_repository:
+            self._repository.close()
+        self._repository = None
+
+    def _bind_ports(self) -> None:
         grpc = self.options.grpc
         if grpc is not None and grpc.port != 0:
             # grpc binds only once the models are loaded, and logs its own failure in a raw
@@ -329,7 +359,6 @@ class Server:
                 self._close_socket()
                 raise
             self._metrics_port = int(self._metrics_socket.getsockname()[1])
-        self._warn_if_exposed()
 
     def _warn_if_exposed(self) -> None:
         """Say so when an endpoint that can change the repository listens beyond loopback."""
@@ -354,6 +383,7 @@ class Server:
             self._error = exc
         finally:
             self._close_socket()
+            self._close_repository()
             self._started.set()
             loop.close()
 
@@ -379,6 +409,7 @@ class Server:
             loop.run_until_complete(self._serve())
         finally:
             self._close_socket()
+            self._close_repository()
             loop.close()
         return self.stopped_in_time
 
@@ -398,7 +429,8 @@ class Server:
         return max(0.0, self._exit_deadline - time.monotonic())
 
     async def _serve(self) -> None:
-        core = InferenceCore(self.model_repository, self.options.core)
+        assert self._repository is not None  # opened by _bind()
+        core = InferenceCore(self._repository, self.options.core)
         self.core = core
         # Before the core starts, so that it sees model loads (load durations).
         metrics = MetricsService(core, self.options.metrics) if self.options.metrics else None
@@ -414,6 +446,7 @@ class Server:
                 log_settings=log_settings,
                 restrictions=self.options.http_restrictions,
                 shared_memory=self.shared_memory,
+                tracer=core.tracer,
             )
             assert self._socket is not None
             limits = self.options.http_limits
@@ -456,6 +489,7 @@ class Server:
             log_settings=log_settings,
             extensions=DEFAULT_EXTENSIONS,
             shared_memory=self.shared_memory,
+            tracer=core.tracer,
         )
         self._grpc_port = await self._grpc.start()
         log.info("Started GRPCInferenceService at %s:%d", options.address, self._grpc_port)

@@ -2,8 +2,8 @@
 
 Each mirrors its ``CommonHandler::Register*`` counterpart in Triton 2.51's
 ``src/grpc/grpc_server.cc``: typed parameters are checked with Triton's texts, shared memory
-goes to the registry HTTP shares, and what the HTTP side does not support (tracing, CUDA
-shared memory) answers the same way it answers there.
+goes to the registry HTTP shares, trace settings are the ones HTTP reads and updates, and
+what the HTTP side does not support (CUDA shared memory) answers the same way it answers there.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2 as pb
 
 from workbench.core.inference_core import InferenceCore
-from workbench.errors import InvalidArgumentError, UnavailableError, UnsupportedError
+from workbench.core.trace_settings import TraceManager
+from workbench.errors import InvalidArgumentError, UnsupportedError
 from workbench.server.log_settings import LogSettings
 from workbench.server.shared_memory import CUDA, SharedMemoryRegistry
+from workbench.server.trace_setting import check_model, grpc_new_setting, setting_values
 
 LogValue = pb.LogSettingsRequest.SettingValue
 _NO_REPOSITORY_NAME = "'repository_name' specification is not supported"
@@ -120,10 +122,18 @@ def _log_values(settings: LogSettings) -> dict[str, pb.LogSettingsResponse.Setti
     }
 
 
-def trace_setting(request: pb.TraceSettingRequest) -> Message:
-    # What a tritonserver built without TRITON_ENABLE_TRACING answers over gRPC; the HTTP side
-    # answers the same way, and "trace" is not among the advertised extensions.
-    raise UnavailableError("the server does not support trace")
+def trace_setting(
+    core: InferenceCore, tracer: TraceManager, request: pb.TraceSettingRequest
+) -> Message:
+    """Update (when the request carries settings), then answer the setting; the texts and
+    rules are the HTTP side's (``server/trace_setting.py``)."""
+    check_model(request.model_name, core.model_ready)
+    new = grpc_new_setting({name: list(v.value) for name, v in request.settings.items()})
+    if new is not None:
+        tracer.update(request.model_name, new)
+    value = pb.TraceSettingResponse.SettingValue
+    values = setting_values(tracer, request.model_name)
+    return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in values.items()})
 
 
 # -- shared memory: the registry HTTP shares; CUDA regions as a build without GPUs ------------

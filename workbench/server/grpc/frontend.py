@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from workbench.core.inference_core import InferenceCore
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES
 from workbench.server.grpc.restriction import RestrictionInterceptor
@@ -57,6 +58,7 @@ class GrpcFrontend:
         log_settings: LogSettings,
         extensions: tuple[str, ...],
         shared_memory: SharedMemoryRegistry | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         _check(options)
         self.core = core
@@ -68,6 +70,7 @@ class GrpcFrontend:
             max_message_bytes=options.max_message_bytes,
             compression=COMPRESSION_LEVELS[options.infer_compression.lower()],
             shared_memory=shared_memory,
+            tracer=tracer,
         )
         self._server: Any = None
         self.port = 0

@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from workbench.core.inference_core import InferenceCore
+from workbench.core.trace_settings import TraceManager
 from workbench.server.grpc import control
 from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.grpc.aborts import abort, aborts_on_error
@@ -42,8 +43,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         max_message_bytes: int,
         compression: Any = None,
         shared_memory: SharedMemoryRegistry | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         self.core = core
+        #: the trace settings (the server's, which HTTP shares)
+        self.tracer = tracer if tracer is not None else TraceManager()
         self.log_settings = log_settings
         self.extensions = extensions
         self.max_message_bytes = max_message_bytes
@@ -51,7 +55,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.compression = compression
         #: the registered shared-memory regions (the server's, which HTTP shares)
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
-        self._infer = InferHandler(core, max_message_bytes, self.shared_memory)
+        self._infer = InferHandler(core, max_message_bytes, self.shared_memory, self.tracer)
 
     # -- health and metadata -------------------------------------------------------------------
     @aborts_on_error
@@ -99,7 +103,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     # -- inference -----------------------------------------------------------------------------
     @aborts_on_error
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Message:
-        response = await self._infer(request)
+        response = await self._infer(request, context)
         if self.compression is not None:
             context.set_compression(self.compression)
         if sum(len(raw) for raw in request.raw_input_contents) >= TRIM_AFTER_BYTES:
@@ -145,7 +149,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @aborts_on_error
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> Message:
-        return control.trace_setting(request)
+        return control.trace_setting(self.core, self.tracer, request)
 
     # -- shared memory -------------------------------------------------------------------------
     @aborts_on_error

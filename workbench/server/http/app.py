@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 
 from workbench.core.inference_core import InferenceCore
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS, Endpoints
 from workbench.server.http.generate import GenerateEndpoint
@@ -32,6 +34,7 @@ from workbench.server.http.messages import (
     error_text_reply,
     send_reply,
 )
+from workbench.server.http.tracing import http_sent
 from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
 from workbench.server.shared_memory import SharedMemoryRegistry
@@ -86,17 +89,22 @@ class HttpApp:
         log_settings: LogSettings | None = None,
         restrictions: Restrictions | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         self.core = core
+        #: the trace settings (the server's, which gRPC shares); requests are sampled under them
+        self.tracer = tracer if tracer is not None else TraceManager()
         #: the registered shared-memory regions (the server's, which gRPC shares)
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         #: ``--http-restricted-api``: group -> the header its requests must carry
         self.restrictions = dict(restrictions or {})
         self.max_input_bytes = max_input_bytes
         self.log_settings = log_settings or LogSettings()
-        self.infer = InferEndpoint(core, max_input_bytes, self.shared_memory)
+        self.infer = InferEndpoint(core, max_input_bytes, self.shared_memory, self.tracer)
         self.generate = GenerateEndpoint(core)
-        self.endpoints = Endpoints(core, extensions, self.log_settings, self.shared_memory)
+        self.endpoints = Endpoints(
+            core, extensions, self.log_settings, self.shared_memory, self.tracer
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -114,7 +122,10 @@ class HttpApp:
         request = HttpRequest(scope["method"], scope["path"], scope["headers"], body)
         reply = await self.handle(request)
         if isinstance(reply, Reply):
+            started = time.monotonic_ns() if reply.trace is not None else 0
             await send_reply(send, reply)
+            if reply.trace is not None:
+                http_sent(reply.trace, started)
         else:
             await reply.respond(send, receive)  # generate: chunked, as responses arrive
 
@@ -255,6 +266,7 @@ def create_app(
     log_settings: LogSettings | None = None,
     restrictions: Restrictions | None = None,
     shared_memory: SharedMemoryRegistry | None = None,
+    tracer: TraceManager | None = None,
 ) -> HttpApp:
     """The ASGI application serving Triton's HTTP/REST API for ``core``.
 
@@ -262,7 +274,8 @@ def create_app(
     ``GET /v2`` advertises; ``log_settings`` is the state ``/v2/logging`` reads and updates;
     ``restrictions`` are the API groups that need a header (``--http-restricted-api``);
     ``shared_memory`` holds the registered regions (a new, empty registry when not given; the
-    hosting server passes the one its gRPC endpoint shares).
+    hosting server passes the one its gRPC endpoint shares); ``tracer`` the trace settings
+    (tracing off when not given; the hosting server passes its core's).
     """
     return HttpApp(
         core,
@@ -271,6 +284,7 @@ def create_app(
         log_settings=log_settings,
         restrictions=restrictions,
         shared_memory=shared_memory,
+        tracer=tracer,
     )
 
 

@@ -14,6 +14,10 @@ A connection that waits on its client (idle between requests, or a request head 
 end) is closed after the timeouts of ``limits.HttpLimits``, and a head over its size limit is
 refused. One timer per connection does this lazily: the hot path only moves ``deadline`` (one
 clock read per reply), and the timer, when it fires early, re-arms itself at the new deadline.
+
+While tracing is on, a connection notes when each request's bytes began to arrive and ended
+(Triton's HTTP_RECV_START/END) and stamps a traced reply's send (``tracing.py``); while it is
+off that costs one check per read.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import functools
 import logging
 import math
 import socket
+import time
 from collections import deque
 from http import HTTPStatus
 from typing import TYPE_CHECKING
@@ -32,6 +37,7 @@ import httptools
 
 from workbench.server.http.limits import DEFAULT_LIMITS, HttpLimits
 from workbench.server.http.messages import HttpRequest, Message, Reply, error_reply
+from workbench.server.http.tracing import http_sent
 
 if TYPE_CHECKING:
     from workbench.server.http.app import HttpApp
@@ -136,6 +142,9 @@ class HttpConnection(asyncio.Protocol):
         #: what to answer once the replies under way are out (a head too large, or bytes
         #: that are not HTTP, after pipelined requests): (status, JSON body)
         self.late_refusal: tuple[int, bytes] | None = None
+        #: while tracing is on: when the bytes of the request being read began to arrive
+        self.tracer = app.tracer
+        self.recv_start_ns = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -177,6 +186,8 @@ class HttpConnection(asyncio.Protocol):
             self._gone.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self.tracer.enabled and not self.recv_start_ns:  # HTTP_RECV_START, traced or not
+            self.recv_start_ns = time.monotonic_ns()
         if self.in_head:
             self.head_bytes += len(data)
         try:
@@ -327,6 +338,9 @@ class HttpConnection(asyncio.Protocol):
             body,
             self.refusal,
         )
+        if self.recv_start_ns:  # tracing is on: HTTP_RECV_START and HTTP_RECV_END
+            request.recv_start_ns, request.recv_end_ns = self.recv_start_ns, time.monotonic_ns()
+            self.recv_start_ns = 0
         self._reset()  # for the next message (here rather than in on_message_begin: one call less)
         self.queue.append((request, self.parser.should_keep_alive()))
         self.busy = True
@@ -384,7 +398,11 @@ class HttpConnection(asyncio.Protocol):
         head = reply_head(reply.status, reply.headers, keep_alive, len(reply.body))
         if not head_only:
             head += reply.body
+        trace = reply.trace
+        started = 0 if trace is None else time.monotonic_ns()
         self.transport.write(head)
+        if trace is not None:
+            http_sent(trace, started)
 
     def _close(self) -> None:
         if self.transport is not None and not self.closed:

@@ -1,5 +1,5 @@
 """Every HTTP endpoint except ``infer``: health, metadata, config, statistics, repository,
-logging, shared memory, and Triton's answers for the extensions this server does not implement.
+logging, trace settings and shared memory.
 
 Each handler mirrors its ``HTTPAPIServer::Handle*`` counterpart in Triton 2.51's
 ``src/http_server.cc``: methods, status codes, bodies and error texts.
@@ -13,10 +13,10 @@ from typing import Any
 
 from workbench.config import to_json_dict as config_to_json
 from workbench.core.inference_core import InferenceCore
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import (
     InternalError,
     InvalidArgumentError,
-    UnavailableError,
     UnsupportedError,
     WorkbenchError,
 )
@@ -33,9 +33,10 @@ from workbench.server.http.messages import (
 from workbench.server.http.shared_memory import register_arguments
 from workbench.server.log_settings import LogSettings
 from workbench.server.shared_memory import CUDA, SharedMemoryRegistry
+from workbench.server.trace_setting import check_model, http_answer, http_new_setting
 
 #: The extensions this server implements, in Triton's order (``GET /v2``); of Triton 2.51's
-#: list only "cuda_shared_memory" and "trace" are missing.
+#: list only "cuda_shared_memory" is missing.
 DEFAULT_EXTENSIONS = (
     "classification",
     "sequence",
@@ -47,6 +48,7 @@ DEFAULT_EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 )
 
@@ -60,11 +62,13 @@ class Endpoints:
         extensions: tuple[str, ...],
         log_settings: LogSettings,
         shared_memory: SharedMemoryRegistry,
+        tracer: TraceManager,
     ) -> None:
         self.core = core
         self.extensions = extensions
         self.log_settings = log_settings
         self.regions = shared_memory
+        self.tracer = tracer
 
     # -- server -----------------------------------------------------------------------------
     async def server_metadata(self, req: HttpRequest) -> Reply:
@@ -142,10 +146,13 @@ class Endpoints:
         return json_reply(self.log_settings.to_json())
 
     async def trace(self, req: HttpRequest, model: str = "") -> Reply:
+        """``/v2[/models/{m}]/trace/setting`` (``HandleTrace``: every answer is JSON)."""
         if req.method not in ("GET", "POST"):
-            return METHOD_NOT_ALLOWED
-        # What Triton built without TRITON_ENABLE_TRACING answers; "trace" is not advertised.
-        raise UnavailableError("the server does not support tracing")
+            return json_reply({"error": "Method Not Allowed"}, 405)
+        check_model(model, self.core.model_ready)
+        if req.method == "POST":
+            self.tracer.update(model, http_new_setting(req.json()))
+        return json_reply(http_answer(self.tracer, model))
 
     async def shared_memory(self, req: HttpRequest, kind: str, region: str, action: str) -> Reply:
         """``/v2/{system,cuda}sharedmemory[/region/{name}]/{status,register,unregister}``

@@ -4,7 +4,8 @@ Decompress, decode (JSON, binary tensors or raw binary), run on the core, apply 
 classification extension, encode, compress. No per-request validation framework: this is
 the path perf_analyzer measures. A request that reads or writes shared memory takes the full
 decoder (never the cached plan) and has its outputs copied into their regions before the reply
-is encoded; the regions stay in use until then.
+is encoded; the regions stay in use until then. While tracing is on, a request sampled under
+the trace settings takes the same steps with its trace attached (``_traced``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.core.inference_core import InferenceCore
-from workbench.core.request import InferRequest
+from workbench.core.request import InferRequest, InferResponse
+from workbench.core.trace import InferenceTrace
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import UnsupportedError, WorkbenchError
 from workbench.server.classification import classify_outputs
-from workbench.server.http import compression
+from workbench.server.http import compression, tracing
 from workbench.server.http.messages import (
     METHOD_NOT_ALLOWED,
     Headers,
@@ -42,25 +45,26 @@ class InferEndpoint:
         core: InferenceCore,
         max_input_bytes: int,
         shared_memory: SharedMemoryRegistry | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         self.core = core
         self.max_input_bytes = max_input_bytes
         self.shared_memory = shared_memory
+        self.tracer = tracer if tracer is not None else TraceManager()
 
     async def __call__(self, req: HttpRequest, model: str, version: str) -> Reply:
         if req.method != "POST":
             return METHOD_NOT_ALLOWED
+        if self.tracer.enabled:
+            trace = tracing.sample(self.tracer, model, req)
+            if trace is not None:
+                return await self._traced(req, model, version, trace)
         encoding, length, accept = _infer_headers(req.headers)
         try:
             config, body, header_length = self._prepare(req, model, version, encoding, length)
         except WorkbenchError as exc:
             return _early_error(exc)
-        if header_length == 0:
-            request, binary_default = decode_raw_request(body, model, version, config), True
-        else:
-            request, binary_default = decode_infer_request(
-                body, header_length, model, version, self.shared_memory
-            )
+        request, binary_default = self._decode(body, header_length, model, version, config)
         if request.shared_memory is not None:
             return await self._in_shared_memory(request, binary_default, config, accept)
         try:
@@ -68,6 +72,57 @@ class InferEndpoint:
         except WorkbenchError as exc:
             # Triton reports request validation with a JSON type, model failures without one.
             return error_reply(exc, plain=exc.code != "INVALID_ARG")
+        return self._encode(request, response, binary_default, config, accept)
+
+    async def _traced(
+        self, req: HttpRequest, model: str, version: str, trace: InferenceTrace
+    ) -> Reply:
+        """The same request, traced; its reply, failures included, carries the trace, which
+        the connection writes out once the reply is sent (as Triton does)."""
+        encoding, length, accept = _infer_headers(req.headers)
+        try:
+            config, body, header_length = self._prepare(req, model, version, encoding, length)
+        except WorkbenchError as exc:
+            return _traced_reply(_early_error(exc), trace)
+        try:
+            request, binary_default = self._decode(body, header_length, model, version, config)
+        except WorkbenchError as exc:
+            return _traced_reply(error_reply(exc), trace)
+        request.trace = trace
+        trace.start()
+        if request.shared_memory is not None:
+            reply = await self._in_shared_memory(request, binary_default, config, accept)
+            tracing.response_complete(trace)
+            return _traced_reply(reply, trace)
+        try:
+            response = await self.core.infer(request)
+        except WorkbenchError as exc:
+            tracing.response_complete(trace)
+            return _traced_reply(error_reply(exc, plain=exc.code != "INVALID_ARG"), trace)
+        tracing.response_complete(trace)
+        return _traced_reply(self._encode(request, response, binary_default, config, accept), trace)
+
+    def _decode(
+        self,
+        body: bytes | bytearray,
+        header_length: int | None,
+        model: str,
+        version: str,
+        config: ModelConfig,
+    ) -> tuple[InferRequest, bool]:
+        """The request and whether its outputs default to binary (raw requests: always)."""
+        if header_length == 0:
+            return decode_raw_request(body, model, version, config), True
+        return decode_infer_request(body, header_length, model, version, self.shared_memory)
+
+    def _encode(
+        self,
+        request: InferRequest,
+        response: InferResponse,
+        binary_default: bool,
+        config: ModelConfig,
+        accept: bytes | None,
+    ) -> Reply:
         encoded = encode_binary_response(response, request, binary_default)
         if encoded is None:
             if request.output_parameters:  # classes are only ever asked for there
@@ -148,6 +203,11 @@ def _reply(payload: bytes, header_length: int | None, accept: bytes | None) -> R
             payload = compression.compress(payload, encoding)
             headers.append((b"content-encoding", encoding.encode()))
     return Reply(200, payload, headers)
+
+
+def _traced_reply(reply: Reply, trace: InferenceTrace) -> Reply:
+    reply.trace = trace
+    return reply
 
 
 def _early_error(error: WorkbenchError) -> Reply:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from workbench.core.trace import InferenceTrace
 from workbench.errors import InternalError, WorkbenchError
 from workbench.server.http import _json
 from workbench.server.status import error_message, http_status
@@ -34,6 +35,10 @@ class HttpRequest:
     body: bytes | bytearray = b""
     #: answered instead of served (a body over the size limit, refused while it arrived)
     refusal: Exception | None = None
+    #: when its first bytes and its end arrived (``time.monotonic_ns``), taken only while
+    #: tracing is on; 0 otherwise
+    recv_start_ns: int = 0
+    recv_end_ns: int = 0
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lower case), or ``None``."""
@@ -63,6 +68,8 @@ class Reply:
     status: int = 200
     body: bytes = b""
     headers: Headers = field(default_factory=list)
+    #: the request's trace: written once the reply is sent (``server/http/tracing.py``)
+    trace: InferenceTrace | None = None
 
 
 class StreamedReply(Protocol):

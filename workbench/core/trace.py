@@ -1,0 +1,210 @@
+"""One sampled request's trace, in Triton's JSON trace format.
+
+Mirrors Triton 2.51's ``src/tracer.cc``: an ``InferenceTrace`` is one trace id (Triton's
+``TRITONSERVER_InferenceTrace``), a request of the front end or a request it spawned (an
+ensemble step, with ``parent_id``); a ``TraceRecord`` (Triton's ``TraceManager::Trace``) holds
+the entries of every id the front-end request led to and hands them to its setting as one
+trace once the request has been answered (``release``). Entries are the objects Triton writes:
+
+- ``{"id", "model_name", "model_version", ["request_id"], ["parent_id"]}`` with REQUEST_START;
+- ``{"id", "timestamps": [{"name", "ns"}]}``, one per timestamp (``CLOCK_MONOTONIC`` ns, as
+  Triton's ``steady_clock``);
+- ``{"id", "activity", "tensor": {"name", "data", "shape", "dtype"}}`` at level TENSORS.
+
+The core reports a request's timestamps from the ``RequestTimes`` its statistics already keep,
+once the request is done; nothing here runs for a request that is not traced.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+import numpy as np
+
+from workbench._types import Tensor
+from workbench.core.statistics import RequestTimes
+
+
+class TraceLevel(enum.IntFlag):
+    """``TRITONSERVER_InferenceTraceLevel`` (its values: OFF is ``DISABLED``)."""
+
+    OFF = 0
+    TIMESTAMPS = 0x4
+    TENSORS = 0x8
+
+    def names(self) -> list[str]:
+        """The levels as the trace extension lists them (``["OFF"]`` when disabled)."""
+        if not self:
+            return ["OFF"]
+        return [name for name in ("TIMESTAMPS", "TENSORS") if TraceLevel[name] & self]
+
+
+class TraceSink(Protocol):
+    """Where a finished trace goes: the setting it was sampled under (``trace_settings``)."""
+
+    def write_trace(self, text: str) -> None: ...
+
+
+def _entry(value: dict[str, object]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class TraceRecord:
+    """The traces of one front-end request and of the requests it spawned, written together."""
+
+    def __init__(self, sink: TraceSink, level: TraceLevel, ids: Iterator[int]) -> None:
+        self.sink = sink
+        self.level = level
+        self._ids = ids
+        #: trace id -> its entries (JSON texts), in the order they were reported
+        self.streams: dict[int, list[str]] = {}
+        self.released = False
+
+    def new_trace(self, parent_id: int = 0) -> InferenceTrace:
+        return InferenceTrace(self, next(self._ids), parent_id)
+
+    def add(self, trace_id: int, entry: str) -> None:
+        self.streams.setdefault(trace_id, []).append(entry)
+
+    def release(self) -> None:
+        """Hand the entries to the setting (once): Triton does it when the request is freed.
+
+        Triton keeps the ids in a ``std::unordered_map`` and writes them in its iteration order,
+        which for the few consecutive ids of one request is the reverse of their creation
+        (ensemble steps first, the request itself last)."""
+        if self.released:
+            return
+        self.released = True
+        streams = [",".join(entries) for entries in reversed(self.streams.values())]
+        if streams:
+            self.sink.write_trace(",".join(streams))
+
+
+class InferenceTrace:
+    """One trace id: what ``InferRequest.trace`` holds for a traced request."""
+
+    __slots__ = ("id", "parent_id", "record", "reported", "started_ns")
+
+    def __init__(self, record: TraceRecord, trace_id: int, parent_id: int = 0) -> None:
+        self.record = record
+        self.id = trace_id
+        self.parent_id = parent_id
+        #: REQUEST_START: when the core was handed the request (a front end sets it when it
+        #: does; a spawned request's is its creation)
+        self.started_ns = time.monotonic_ns()
+        #: the core reported the request (it reached a model, failed there or not)
+        self.reported = False
+
+    @property
+    def timestamps(self) -> bool:
+        return bool(self.record.level & TraceLevel.TIMESTAMPS)
+
+    @property
+    def tensors(self) -> bool:
+        return bool(self.record.level & TraceLevel.TENSORS)
+
+    def spawn(self) -> InferenceTrace:
+        """A child trace (an ensemble step's request), written with this trace."""
+        return self.record.new_trace(self.id)
+
+    def start(self) -> None:
+        """The front end hands the request to the core now (REQUEST_START)."""
+        self.started_ns = time.monotonic_ns()
+
+    def capture(self, name: str, ns: int) -> None:
+        """One timestamp (a front end's: HTTP_RECV_START, GRPC_SEND_END, ...)."""
+        if self.timestamps:
+            entry = {"id": self.id, "timestamps": [{"name": name, "ns": ns}]}
+            self.record.add(self.id, _entry(entry))
+
+    def report_request(
+        self,
+        model: str,
+        version: int,
+        request_id: str,
+        times: RequestTimes,
+        *,
+        compute: bool = True,
+        inputs: Iterable[Tensor] = (),
+        outputs: Iterable[Tensor] = (),
+    ) -> None:
+        """The core's part, once the request is done (REQUEST_END is now), in the order
+        Triton's file shows it: the model header, REQUEST_START, QUEUE_START, the inputs and
+        outputs (level TENSORS), the COMPUTE_* timestamps of the execution the request was
+        part of (``compute=False`` for an ensemble, which has none; none either when it did
+        not execute) and REQUEST_END."""
+        ended_ns = time.monotonic_ns()
+        self.reported = True
+        if self.timestamps:
+            self.record.add(self.id, _entry(self._header(model, version, request_id)))
+            self.capture("REQUEST_START", self.started_ns)
+            self.capture("QUEUE_START", times.received)
+        if self.tensors:
+            self._report_tensors("TENSOR_QUEUE_INPUT", inputs)
+            self._report_tensors("TENSOR_BACKEND_OUTPUT", outputs)
+        if compute and times.started:
+            for name, ns in _compute_timestamps(times):
+                self.capture(name, ns)
+        self.capture("REQUEST_END", ended_ns)
+
+    def _header(self, model: str, version: int, request_id: str) -> dict[str, object]:
+        header: dict[str, object] = {"id": self.id, "model_name": model, "model_version": version}
+        if request_id:
+            header["request_id"] = request_id
+        if self.parent_id:
+            header["parent_id"] = self.parent_id
+        return header
+
+    def _report_tensors(self, activity: str, tensors: Iterable[Tensor]) -> None:
+        for tensor in tensors:
+            entry = {"id": self.id, "activity": activity, "tensor": tensor_json(tensor)}
+            self.record.add(self.id, _entry(entry))
+
+    def release(self) -> None:
+        self.record.release()
+
+
+def _compute_timestamps(times: RequestTimes) -> Iterator[tuple[str, int]]:
+    """The statistics' phase times under Triton's names (``_Phases`` in ``core/model.py``)."""
+    yield "COMPUTE_START", times.started
+    yield "COMPUTE_INPUT_END", times.input_done
+    yield "COMPUTE_OUTPUT_START", times.infer_done
+    yield "COMPUTE_END", times.output_done
+
+
+# -- TENSORS: values as Triton's ``TraceTensorActivity`` prints them ------------------------------
+def tensor_json(tensor: Tensor) -> dict[str, str]:
+    """``{"name", "data", "shape", "dtype"}`` with ``data`` printed as C++ streams print it."""
+    array = tensor.array
+    return {
+        "name": tensor.name,
+        "data": ",".join(_elements(tensor.datatype, array.reshape(-1))),
+        "shape": ",".join(str(d) for d in array.shape),
+        "dtype": tensor.datatype,
+    }
+
+
+def _elements(datatype: str, flat: np.ndarray) -> Iterator[str]:
+    """Each element as ``operator<<`` writes it: floats like ``%g``; INT8/UINT8 as characters
+    (they are ``char`` types); BOOL as 0/1; BYTES in quotes; FP16/BF16 not at all."""
+    if datatype in ("FP16", "BF16"):
+        return
+    for value in flat.tolist():
+        if datatype in ("FP32", "FP64"):
+            yield f"{value:g}"
+        elif datatype in ("INT8", "UINT8"):
+            yield chr(value % 256)
+        elif datatype == "BOOL":
+            yield "1" if value else "0"
+        elif datatype == "BYTES":
+            text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+            yield f'"{text}"'
+        else:
+            yield str(value)
+
+
+__all__ = ["InferenceTrace", "TraceLevel", "TraceRecord", "TraceSink", "tensor_json"]
