@@ -12,7 +12,7 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
-from workbench.backends.base import ExecRequest, ExecResult
+from workbench.backends.base import ExecRequest, ExecResult, fail_all
 from workbench.config.dtypes import config_to_wire, numpy_dtype, wire_from_numpy
 from workbench.errors import InvalidArgumentError, WorkbenchError
 
@@ -95,11 +95,6 @@ def make_tensor(name: str, array: np.ndarray, declared: str | None = None) -> Te
 def wanted(name: str, requested: Sequence[str] | None) -> bool:
     """Whether output ``name`` goes back to a request that asked for ``requested``."""
     return requested is None or name in requested
-
-
-def fail_all(count: int, error: WorkbenchError) -> list[ExecResult]:
-    """One failed result per request: a batch-wide error fails every request in it."""
-    return [ExecResult(error=error) for _ in range(count)]
 
 
 def results_from_batch(

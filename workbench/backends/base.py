@@ -43,6 +43,11 @@ class ExecResult:
     error_is_response: bool = False
 
 
+def fail_all(count: int, error: WorkbenchError) -> list[ExecResult]:
+    """One failed result per request: a batch-wide error fails every request in it."""
+    return [ExecResult(error=error) for _ in range(count)]
+
+
 #: ``respond(result, final)`` sends one response of a decoupled request from any thread.
 #: ``result`` may be ``None`` when ``final`` is True (Triton's "complete, no response" flag).
 #: Exactly one call has ``final=True``; it ends the request's stream.
@@ -120,6 +125,28 @@ class ModelInstance(Protocol):
 
     def close(self) -> None:
         """Release the instance (``finalize`` for python models)."""
+        ...
+
+
+@runtime_checkable
+class LoopModelInstance(ModelInstance, Protocol):
+    """An instance the core may drive from its event loop, without a worker thread: one whose
+    work happens in another process it talks to (the python backend's stubs).
+
+    ``start_execute`` is tried first (no task, no future per call); when it declines,
+    ``execute_async`` is awaited. Both return one result per request, in order, like
+    ``execute``, which still serves when neither can (a decoupled model, a stub restarting).
+    """
+
+    def start_execute(
+        self, requests: Sequence[ExecRequest], on_done: Callable[[list[ExecResult]], None]
+    ) -> bool:
+        """Send ``requests`` now; ``on_done(results)`` runs on the loop when they are answered.
+        False when this path cannot take the call (nothing was sent)."""
+        ...
+
+    async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
+        """``execute``, awaited on the loop."""
         ...
 
 

@@ -17,11 +17,10 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench.backends._batching import (
     declared_output_types,
     execute_batched,
-    fail_all,
     results_from_batch,
     to_str_array,
 )
-from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
+from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, fail_all
 from workbench.config.dtypes import wire_to_config_enum
 from workbench.config.graph_checks import onnx_problems
 from workbench.config.model_files import GraphSignature, GraphTensor

@@ -18,10 +18,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench.backends._batching import (
     declared_output_types,
     execute_batched,
-    fail_all,
     results_from_batch,
 )
-from workbench.backends.base import ExecRequest, ExecResult, InstanceContext
+from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, fail_all
 from workbench.errors import InternalError, UnavailableError
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from workbench.backends.base import Backend, InstanceContext, ModelInstance
+from workbench.backends.base import Backend, InstanceContext, LoopModelInstance, ModelInstance
 from workbench.core.rate_limiter import RateLimiter, Resources
 
 
@@ -34,6 +34,9 @@ class Worker:
     instance: ModelInstance | None = None
     #: what the rate limiter must grant before this instance executes
     resources: Resources = field(default_factory=Resources)
+    #: the instance again when the loop can drive it (``LoopModelInstance``), else None:
+    #: decided once, when the instance is created, not per execution
+    on_loop: LoopModelInstance | None = None
 
 
 class InstancePool:
@@ -75,6 +78,7 @@ class InstancePool:
         for worker, result in zip(self._workers, results, strict=True):
             if not isinstance(result, BaseException):
                 worker.instance = result
+                worker.on_loop = result if isinstance(result, LoopModelInstance) else None
                 self._idle.append(worker)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -161,7 +165,7 @@ class InstancePool:
                     await asyncio.to_thread(worker.instance.close)
                 except Exception:  # user code in finalize() must not stop the others closing
                     pass
-                worker.instance = None
+                worker.instance = worker.on_loop = None
             worker.executor.shutdown(wait=False)
         for _, future in self._waiters:
             future.cancel()

@@ -11,8 +11,7 @@ from typing import Any, Protocol
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import Tensor
-from workbench.backends._batching import fail_all
-from workbench.backends.base import ExecResult, ModelInstance
+from workbench.backends.base import ExecResult, LoopModelInstance, ModelInstance, fail_all
 from workbench.config.dtypes import config_to_wire
 from workbench.core.checks import RequestChecker, reshape_inputs, reshape_outputs
 from workbench.core.dynamic_batcher import DynamicBatcher
@@ -267,15 +266,15 @@ class BackendModel:
     def execute(self, slot: Slot, batch: list[Pending]) -> asyncio.Future[Any]:
         assert isinstance(slot, Worker)
         loop = asyncio.get_running_loop()
-        on_loop = getattr(slot.instance, "execute_async", None)
+        on_loop = slot.on_loop
         if on_loop is not None:
             # The instance talks to its own process from the loop: no worker-thread hand-off
             # (and no contention for this process's GIL) on the way there and back.
             clock = _Phases(self, batch)
-            started = self._start_on_loop(slot, clock)
+            started = self._start_on_loop(on_loop, slot, clock)
             if started is not None:
                 return started
-            return loop.create_task(self._run_on_loop(slot, on_loop, clock))
+            return loop.create_task(self._run_on_loop(slot, on_loop.execute_async, clock))
         done: asyncio.Future[None] = loop.create_future()
 
         def run(instance: ModelInstance) -> None:
@@ -289,13 +288,13 @@ class BackendModel:
         self.pool.submit(slot, run)
         return done
 
-    def _start_on_loop(self, slot: Worker, clock: _Phases) -> asyncio.Future[None] | None:
-        """Start the execution in this loop step, if the instance offers ``start_execute``:
-        its reply then settles the requests right where it is read, with no task or future
-        in between. None when it declined (nothing was sent; ``execute_async`` does it)."""
-        start = getattr(slot.instance, "start_execute", None)
-        if start is None:
-            return None
+    def _start_on_loop(
+        self, instance: LoopModelInstance, slot: Worker, clock: _Phases
+    ) -> asyncio.Future[None] | None:
+        """Start the execution in this loop step (``start_execute``): its reply then settles
+        the requests right where it is read, with no task or future in between. None when it
+        declined (nothing was sent; ``execute_async`` does it)."""
+        start = instance.start_execute
         batch = clock.batch
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 

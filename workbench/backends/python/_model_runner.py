@@ -20,8 +20,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workbench.backends._batching import declared_output_types, fail_all
-from workbench.backends.base import ExecRequest, ExecResult
+from workbench.backends._batching import declared_output_types
+from workbench.backends.base import ExecRequest, ExecResult, fail_all
 from workbench.backends.python import pb_utils
 from workbench.backends.python._model_bridge import to_pb_request, to_result
 from workbench.backends.python._model_loader import python_error_text, unload_module

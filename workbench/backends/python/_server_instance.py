@@ -18,8 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from workbench.backends._batching import fail_all
-from workbench.backends.base import ExecRequest, ExecResult
+from workbench.backends.base import ExecRequest, ExecResult, fail_all
 from workbench.backends.python._server_stub import (
     StubGone,
     StubLaunch,
@@ -104,8 +103,8 @@ class ProcessModelInstance:
     async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """``execute``, awaited on the server's event loop instead of run on a worker thread.
 
-        Optional (not part of ``ModelInstance``): a core that awaits it saves the two thread
-        hand-offs of every call, because the loop sends the call and reads the reply itself.
+        Part of ``LoopModelInstance``: a core that awaits it saves the two thread hand-offs
+        of every call, because the loop sends the call and reads the reply itself.
         Decoupled models, and a stub being restarted, go through ``execute`` on a thread.
         """
         loop = asyncio.get_running_loop()
@@ -128,9 +127,10 @@ class ProcessModelInstance:
         """Send ``requests`` to the stub now, from the loop; ``on_done(results)`` runs on the
         loop as soon as the reply is read (a stub dying meanwhile fails only these).
 
-        Optional, like ``execute_async``, and cheaper: no task and no future per call. False
-        when this path cannot take the call (a stub starting, a decoupled model, a channel
-        read by a thread, a stub found dead): nothing was sent, use ``execute_async``.
+        Tried before ``execute_async`` (``LoopModelInstance``), and cheaper: no task and no
+        future per call. False when this path cannot take the call (a stub starting, a
+        decoupled model, a channel read by a thread, a stub found dead): nothing was sent,
+        use ``execute_async``.
         """
         stub = self._loop_stub()
         if stub is None:

@@ -27,8 +27,7 @@ from typing import Any
 
 import workbench
 from workbench._types import Tensor
-from workbench.backends._batching import fail_all
-from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
+from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
 from workbench.backends.exit_deadline import ExitDeadline
 from workbench.backends.python._model_loader import ADDED_PATHS
 from workbench.backends.python._model_runner import ModelSpec
