@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.security.served_frontend import Served, serve_frontend
 from tests.server.fake_core import FakeCore
 from workbench.config import parse_pbtxt
-from workbench.core.checks import RequestChecker
+from workbench.core.request_checks import RequestChecker
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.http import compression, create_app
 from workbench.server.http.request_codec import decode_infer_request, parse_header_length

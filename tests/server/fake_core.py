@@ -25,9 +25,9 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from workbench._types import Tensor
-from workbench.core.checks import RequestChecker
 from workbench.core.model import model_metadata
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.request_checks import RequestChecker
 from workbench.errors import InternalError, InvalidArgumentError, NotFoundError, UnavailableError
 
 Compute = Callable[[dict[str, Tensor]], list[Tensor]]

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelEnsembling
 
 from workbench._types import Parameters, Tensor
-from workbench.core.checks import RequestChecker, reshape_inputs
 from workbench.core.model import InFlight, ServingModel
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.request_checks import RequestChecker, reshape_inputs
 from workbench.core.statistics import ModelStatistics, RequestTimes
 from workbench.errors import InternalError, InvalidArgumentError, WorkbenchError
 

@@ -13,11 +13,11 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult, LoopModelInstance, ModelInstance, fail_all
 from workbench.config.dtypes import config_to_wire
-from workbench.core.checks import RequestChecker, reshape_inputs, reshape_outputs
 from workbench.core.dynamic_batcher import DynamicBatcher
 from workbench.core.instances import InstancePool, Worker
 from workbench.core.queue_policy import QueueFullError
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.request_checks import RequestChecker, reshape_inputs, reshape_outputs
 from workbench.core.response_cache import ResponseCache, cache_for
 from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
 from workbench.core.sequence_batcher import SequenceBatcher
