@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from workbench._types import Tensor
+from workbench.core.contract import ServingCore
 from workbench.core.model import model_metadata
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.request_checks import RequestChecker
@@ -282,3 +283,8 @@ class FakeCore:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         self._get(name, "")
         del self.configs[name]
+
+
+def serving_core() -> ServingCore:
+    """A ``FakeCore`` typed as the front ends take it (``mypy`` checks that it fits)."""
+    return FakeCore()

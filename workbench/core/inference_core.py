@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from workbench._types import StrPath
 from workbench.core.bls_client import CoreClient
 from workbench.core.ensemble import composing_models
 from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
-from workbench.core.model import BackendModel, model_metadata, one_response
+from workbench.core.model import BackendModel, ServingModel, model_metadata, one_response
 from workbench.core.rate_limiter import RATE_LIMIT_MODES, RateLimiter
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache
@@ -85,7 +85,8 @@ def detect_gpu_count() -> int:
 class InferenceCore:
     """Models, their lifecycle and inference, independent of any wire protocol.
 
-    Contract used by ``workbench/server`` (implemented in this module):
+    The front ends take it as ``core.contract.ServingCore`` (the metrics service as
+    ``ObservableCore``); in words:
 
     - ``live`` / ``ready`` (properties): server liveness; readiness = started, not stopping,
       and every model that was asked to load at start-up is READY (Triton's ``--strict-readiness``
@@ -308,6 +309,21 @@ class InferenceCore:
         if isinstance(model, BackendModel):
             return model.infer_stream(request)
         return one_response(model.infer(request))
+
+    # -- what the metrics service reads (``contract.ObservableCore``) ---------------------------
+    def on_new_version(self, hook: Callable[[ServingModel], None]) -> None:
+        self.models.version_hooks.append(hook)
+
+    def serving_versions(self) -> list[tuple[str, int, ServingModel]]:
+        return [
+            (record.name, number, model)
+            for record in self.models.records()
+            for number, model in sorted(record.versions.items())
+        ]
+
+    @property
+    def response_cache(self) -> ResponseCache | None:
+        return self.models.options.cache
 
     # -- statistics ----------------------------------------------------------------------------
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2 as pb
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, UnsupportedError
 from workbench.server.log_settings import LogSettings
@@ -35,7 +35,7 @@ _LOG_FORMATS = ("default", "ISO8601")
 
 
 # -- repository ---------------------------------------------------------------------------------
-def repository_index(core: InferenceCore, request: pb.RepositoryIndexRequest) -> Message:
+def repository_index(core: ServingCore, request: pb.RepositoryIndexRequest) -> Message:
     if request.repository_name:
         raise UnsupportedError(_NO_REPOSITORY_NAME)
     entries = core.repository_index(ready_only=request.ready)
@@ -43,7 +43,7 @@ def repository_index(core: InferenceCore, request: pb.RepositoryIndexRequest) ->
     return pb.RepositoryIndexResponse(models=models)
 
 
-async def load(core: InferenceCore, request: pb.RepositoryModelLoadRequest) -> Message:
+async def load(core: ServingCore, request: pb.RepositoryModelLoadRequest) -> Message:
     if request.repository_name:
         raise UnsupportedError(_NO_REPOSITORY_NAME)
     config, files = load_parameters(request.parameters)
@@ -77,7 +77,7 @@ def _expect_load_type(key: str, kind: str | None, expected: str) -> None:
         )
 
 
-async def unload(core: InferenceCore, request: pb.RepositoryModelUnloadRequest) -> Message:
+async def unload(core: ServingCore, request: pb.RepositoryModelUnloadRequest) -> Message:
     if request.repository_name:
         raise UnsupportedError(_NO_REPOSITORY_NAME)
     dependents = False
@@ -123,7 +123,7 @@ def _log_values(settings: LogSettings) -> dict[str, pb.LogSettingsResponse.Setti
 
 
 def trace_setting(
-    core: InferenceCore, tracer: TraceManager, request: pb.TraceSettingRequest
+    core: ServingCore, tracer: TraceManager, request: pb.TraceSettingRequest
 ) -> Message:
     """Update (when the request carries settings), then answer the setting; the texts and
     rules are the HTTP side's (``server/trace_setting.py``)."""

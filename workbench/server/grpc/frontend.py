@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES
@@ -52,7 +52,7 @@ class GrpcFrontend:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         options: GrpcOptions,
         *,
         log_settings: LogSettings,

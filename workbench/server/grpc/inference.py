@@ -15,7 +15,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.grpc.service_pb2 import ModelInferRequest, ModelInferResponse
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import UnsupportedError
@@ -39,9 +39,7 @@ class PreparedRequest:
     def decoupled(self) -> bool:
         return bool(self.config.model_transaction_policy.decoupled)
 
-    def encode(
-        self, response: InferResponse, core: InferenceCore, limit: int
-    ) -> ModelInferResponse:
+    def encode(self, response: InferResponse, core: ServingCore, limit: int) -> ModelInferResponse:
         """One response as its message, after the classification extension (and with the
         outputs asked for in shared memory written there)."""
         in_regions: dict[str, memoryview] = {}
@@ -58,7 +56,7 @@ class PreparedRequest:
             self.request.shared_memory.release()
 
 
-def model_config_of(core: InferenceCore, message: ModelInferRequest) -> tuple[str, ModelConfig]:
+def model_config_of(core: ServingCore, message: ModelInferRequest) -> tuple[str, ModelConfig]:
     """The checked version string and the config of the model a request names."""
     version = model_version(message.model_version)
     return version, core.model_config(message.model_name, version)
@@ -79,7 +77,7 @@ class InferHandler:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         limit: int,
         regions: SharedMemoryRegistry | None = None,
         tracer: TraceManager | None = None,

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.server.grpc import control
 from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
@@ -36,7 +36,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         *,
         log_settings: LogSettings,
         extensions: tuple[str, ...],

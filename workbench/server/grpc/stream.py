@@ -30,7 +30,7 @@ from tritonclient.grpc.service_pb2 import (
     ModelStreamInferResponse,
 )
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.request import InferResponse
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.grpc.inference import PreparedRequest, model_config_of, prepare
@@ -57,7 +57,7 @@ class StreamSession:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         context: Any,
         limit: int,
         regions: SharedMemoryRegistry | None = None,
@@ -216,7 +216,7 @@ async def _closing(responses: AsyncIterator[InferResponse]) -> AsyncIterator[Non
 
 
 async def serve_stream(
-    core: InferenceCore,
+    core: ServingCore,
     requests: AsyncIterable[ModelInferRequest],
     context: Any,
     limit: int,

@@ -16,7 +16,7 @@ import functools
 import re
 import time
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS, Endpoints
@@ -82,7 +82,7 @@ class HttpApp:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         *,
         max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
         extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,
@@ -259,7 +259,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 
 def create_app(
-    core: InferenceCore,
+    core: ServingCore,
     *,
     max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS,

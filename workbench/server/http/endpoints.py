@@ -12,7 +12,7 @@ import binascii
 from typing import Any
 
 from workbench.config import to_json_dict as config_to_json
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import (
     InternalError,
@@ -58,7 +58,7 @@ class Endpoints:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         extensions: tuple[str, ...],
         log_settings: LogSettings,
         shared_memory: SharedMemoryRegistry,

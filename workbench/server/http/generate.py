@@ -24,7 +24,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.request import InferResponse
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.http import _json
@@ -63,7 +63,7 @@ _ERROR_RESPONSE_STATUS = 400
 class GenerateEndpoint:
     """Serves ``generate`` and ``generate_stream`` on one ``InferenceCore``."""
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: ServingCore) -> None:
         self.core = core
 
     async def __call__(

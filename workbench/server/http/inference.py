@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from workbench.core.inference_core import InferenceCore
+from workbench.core.contract import ServingCore
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.trace import InferenceTrace
 from workbench.core.trace_settings import TraceManager
@@ -42,7 +42,7 @@ class InferEndpoint:
 
     def __init__(
         self,
-        core: InferenceCore,
+        core: ServingCore,
         max_input_bytes: int,
         shared_memory: SharedMemoryRegistry | None = None,
         tracer: TraceManager | None = None,

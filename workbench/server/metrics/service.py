@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from workbench.core import InferenceCore
+from workbench.core.contract import ObservableCore
 from workbench.core.model import ServingModel
 from workbench.core.response_cache import cache_for
 from workbench.server.metrics._cache_metrics import cache_blocks
@@ -44,7 +44,7 @@ class MetricsService:
     serving loop) begins sampling CPU and GPU metrics; ``stop`` ends it.
     """
 
-    def __init__(self, core: InferenceCore, options: MetricsOptions | None = None) -> None:
+    def __init__(self, core: ObservableCore, options: MetricsOptions | None = None) -> None:
         self.core = core
         self.options = options or MetricsOptions()
         self.reporter = ReporterConfig.from_settings(self.options.config)
@@ -52,13 +52,13 @@ class MetricsService:
         self.gpu: GpuSampler | None = None
         self._poller: asyncio.Task[None] | None = None
         if self.reporter.summary_latencies:
-            core.models.version_hooks.append(self._attach_summaries)
+            core.on_new_version(self._attach_summaries)
 
     def _attach_summaries(self, model: ServingModel) -> None:
         model.stats.observer = LatencySummaries(self.reporter.quantiles, self._cache_enabled(model))
 
     def _cache_enabled(self, model: ServingModel) -> bool:
-        return cache_for(model.config, self.core.models.options.cache) is not None
+        return cache_for(model.config, self.core.response_cache) is not None
 
     # -- sampling ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -100,17 +100,16 @@ class MetricsService:
     def versions(self) -> list[VersionMetrics]:
         """Every loaded version's labels, counters and summaries."""
         versions = []
-        for record in self.core.models.records():
-            for number, model in sorted(record.versions.items()):
-                observer = model.stats.observer
-                versions.append(
-                    VersionMetrics(
-                        labels=[("model", record.name), ("version", str(number))],
-                        stats=model.stats.snapshot(),
-                        cache_enabled=self._cache_enabled(model),
-                        summaries=observer if isinstance(observer, LatencySummaries) else None,
-                    )
+        for name, number, model in self.core.serving_versions():
+            observer = model.stats.observer
+            versions.append(
+                VersionMetrics(
+                    labels=[("model", name), ("version", str(number))],
+                    stats=model.stats.snapshot(),
+                    cache_enabled=self._cache_enabled(model),
+                    summaries=observer if isinstance(observer, LatencySummaries) else None,
                 )
+            )
         return versions
 
     def collect(self) -> str:
@@ -125,7 +124,7 @@ class MetricsService:
             gauges += self.gpu.gauge_blocks()
         if self.cpu is not None:
             gauges += self.cpu.blocks()
-        gauges += cache_blocks(self.core.models.options.cache)
+        gauges += cache_blocks(self.core.response_cache)
         blocks: list[MetricBlock] = [
             *counters,
             *custom["counter"],
