@@ -26,10 +26,12 @@ if TYPE_CHECKING:
     from workbench.bench import SweepResult
     from workbench.notebook import ConfigEditor, TraceReport, Workbench
     from workbench.server.hosting import Server
+    from workbench.server.options import ServerOptions
 
 _LAZY = {
     "ConfigEditor": "workbench.notebook",
     "Server": "workbench.server.hosting",
+    "ServerOptions": "workbench.server.options",
     "SweepResult": "workbench.bench",
     "TraceReport": "workbench.notebook",
     "Workbench": "workbench.notebook",
@@ -68,6 +70,7 @@ __all__ = [
     "MissingDependencyError",
     "NotFoundError",
     "Server",
+    "ServerOptions",
     "SweepResult",
     "TraceReport",
     "UnavailableError",

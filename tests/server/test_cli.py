@@ -19,8 +19,9 @@ from tests.core.conftest import write_add_model
 from workbench import __version__
 from workbench.cli import build_parser, main
 from workbench.errors import InvalidArgumentError
-from workbench.server.cli import cache_size, rate_limit_resources, server_from_args
+from workbench.server.cli import server_from_args
 from workbench.server.hosting import Server
+from workbench.server.options import cache_size, rate_limit_resources
 
 pytestmark = pytest.mark.integration
 

@@ -160,3 +160,14 @@ def test_a_busy_grpc_port_fails_before_any_model_loads(repo: Path, tmp_path: Pat
     finally:
         holder.close()
     assert not marker.exists()
+
+
+def test_a_server_takes_one_options_object_or_keywords_not_both(tmp_path: Path) -> None:
+    from workbench.server.options import ServerOptions
+
+    options = ServerOptions.from_keywords(http_port=0, model_control_mode="explicit")
+    server = Server(tmp_path, options)
+    assert server.options is options and server.options.core.control_mode == "explicit"
+    assert Server(tmp_path, http_port=0, model_control_mode="explicit").options == options
+    with pytest.raises(TypeError, match="options or keywords, not both"):
+        Server(tmp_path, options, http_port=0)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
-from workbench.server.hosting import DEFAULT_MAX_INPUT_BYTES, Server
+from workbench.server.hosting import Server
 from workbench.server.http.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_HEADER_BYTES,
+)
+from workbench.server.options import (
+    DEFAULT_MAX_INPUT_BYTES,
+    ServerOptions,
 )
 from workbench.server.restricted import CATEGORIES
 
@@ -241,85 +244,6 @@ def _add_cache_and_rate_limit(flag: Callable[..., object]) -> None:
     )
 
 
-def cache_size(cache_config: Sequence[str], response_cache_byte_size: str | None) -> int:
-    """Bytes of the local response cache from ``--cache-config`` flags (0: no cache)."""
-    if response_cache_byte_size is not None:
-        if cache_config:
-            raise InvalidArgumentError(
-                "Incompatible flags --response-cache-byte-size and --cache-config both "
-                "provided. Please provide one or the other."
-            )
-        cache_config = [f"local,size={response_cache_byte_size}"]
-    settings: dict[str, dict[str, str]] = {}
-    for text in cache_config:
-        name, setting, value = _cache_setting(text)
-        settings.setdefault(name, {})[setting] = value
-    if not settings:
-        return 0
-    unknown = sorted(set(settings) - {"local"})
-    if unknown:
-        raise InvalidArgumentError(
-            f"cache '{unknown[0]}' is not available: only the 'local' cache is supported"
-        )
-    local = settings["local"]
-    for ignored in sorted(set(local) - {"size"}):
-        log.warning("--cache-config: the local cache ignores setting '%s'", ignored)
-    if "size" not in local:
-        raise InvalidArgumentError(
-            "Failed to initialize LocalCache: config didn't contain a valid 'size' field."
-        )
-    size = local["size"]
-    if not size.isdigit():
-        raise InvalidArgumentError(
-            f"Failed to initialize LocalCache: invalid size '{size}': expected a number of bytes"
-        )
-    return int(size)
-
-
-def _cache_setting(text: str) -> tuple[str, str, str]:
-    """``<cache>,<setting>=<value>`` (tritonserver's format and messages)."""
-    name, comma, rest = text.partition(",")
-    if not comma or not name:
-        raise InvalidArgumentError(
-            "No cache specified. --cache-config option format is "
-            f"<cache name>,<setting>=<value>. Got {text}"
-        )
-    setting, equals, value = rest.partition("=")
-    if not equals or not setting or not value:
-        raise InvalidArgumentError(
-            f"--cache-config option format is '<cache name>,<setting>=<value>'. Got {text}"
-        )
-    return name, setting, value
-
-
-def rate_limit_resources(specs: Sequence[str]) -> dict[str, int]:
-    """``--rate-limit-resource <name>:<count>[:<device>]`` flags as one count per name.
-
-    Devices are accepted but not modelled (one pool per name), so a name listed for several
-    devices keeps its largest count.
-    """
-    resources: dict[str, int] = {}
-    for spec in specs:
-        parts = spec.split(":")
-        numbers = parts[1:]
-        if len(parts) not in (2, 3) or not parts[0] or not all(_is_int(n) for n in numbers):
-            raise InvalidArgumentError(
-                "--rate-limit-resource option format is '<resource_name>:<count>:<device>' "
-                f"or '<resource_name>:<count>'. Got {spec}"
-            )
-        count = int(numbers[0])
-        if count < 0:
-            raise InvalidArgumentError(
-                f"--rate-limit-resource: count of '{parts[0]}' must not be negative. Got {spec}"
-            )
-        resources[parts[0]] = max(count, resources.get(parts[0], 0))
-    return resources
-
-
-def _is_int(text: str) -> bool:
-    return text.removeprefix("-").isdigit()
-
-
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
@@ -336,39 +260,4 @@ def serve(args: argparse.Namespace) -> int:
 
 def server_from_args(args: argparse.Namespace) -> Server:
     """The ``Server`` that ``workbench serve`` runs for these parsed flags."""
-    return Server(
-        args.model_repository,
-        http_port=args.http_port,
-        host=args.http_address,
-        model_control_mode=args.model_control_mode,
-        load_model=args.load_model,
-        repository_poll_secs=args.repository_poll_secs,
-        strict_model_config=args.strict_model_config or args.disable_auto_complete_config,
-        strict_readiness=args.strict_readiness,
-        model_config_name=args.model_config_name,
-        exit_timeout_secs=args.exit_timeout_secs,
-        max_input_bytes=args.http_max_input_size,
-        log_verbose=args.log_verbose,
-        cache_size=cache_size(args.cache_config, args.response_cache_byte_size),
-        rate_limit=args.rate_limit,
-        rate_limit_resources=rate_limit_resources(args.rate_limit_resource),
-        allow_grpc=args.allow_grpc,
-        grpc_address=args.grpc_address,
-        grpc_port=args.grpc_port,
-        grpc_infer_compression=args.grpc_infer_response_compression_level,
-        grpc_max_message_bytes=args.grpc_max_message_size,
-        allow_metrics=args.allow_metrics,
-        allow_cpu_metrics=args.allow_cpu_metrics,
-        allow_gpu_metrics=args.allow_gpu_metrics,
-        metrics_address=args.metrics_address,
-        metrics_port=args.metrics_port,
-        metrics_interval_ms=args.metrics_interval_ms,
-        metrics_config=args.metrics_config,
-        http_restricted_api=args.http_restricted_api,
-        grpc_restricted_protocol=args.grpc_restricted_protocol,
-        allow_model_upload=args.allow_model_upload,
-        http_idle_timeout_secs=args.http_idle_timeout_secs,
-        http_header_timeout_secs=args.http_header_timeout_secs,
-        http_max_header_size=args.http_max_header_size,
-        trace_config=args.trace_config,
-    )
+    return Server(args.model_repository, ServerOptions.from_flags(args))

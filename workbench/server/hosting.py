@@ -14,65 +14,30 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
 import uvicorn
 
 from workbench._types import StrPath
-from workbench.core import CoreOptions, InferenceCore
-from workbench.core.rate_limiter import RATE_LIMIT_MODES
-from workbench.errors import InvalidArgumentError, UnavailableError, WorkbenchError
+from workbench.core import InferenceCore
+from workbench.errors import UnavailableError, WorkbenchError
 from workbench.repository import ModelRepository
-from workbench.server.grpc import GrpcFrontend, GrpcOptions
-from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
+from workbench.server.grpc import GrpcFrontend
 from workbench.server.http import create_app
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
 from workbench.server.http.frontend import HttpFrontend
-from workbench.server.http.limits import (
-    DEFAULT_HEADER_TIMEOUT_S,
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_MAX_HEADER_BYTES,
-    HttpLimits,
-)
 from workbench.server.listening import bind_socket
 from workbench.server.log_settings import LogSettings
-from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
+from workbench.server.metrics import MetricsService
+from workbench.server.options import ServerOptions
 from workbench.server.restricted import (
-    Restrictions,
     exposure_warning,
-    grpc_restrictions,
-    http_restrictions,
 )
 from workbench.server.shared_memory import SharedMemoryRegistry
-from workbench.server.trace_config import parse_trace_config
 
 log = logging.getLogger("workbench.server")
-#: ``--rate-limit`` values (case-insensitive, as tritonserver takes them).
-#: Triton's ``--http-max-input-size`` default.
-DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(slots=True)
-class ServerOptions:
-    """Front-end options, named after tritonserver's flags."""
-
-    http_port: int = 8000
-    host: str = "127.0.0.1"
-    exit_timeout_secs: float = 30.0
-    max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES
-    log_verbose: int = 0
-    #: ``--http-restricted-api``: group -> the header its requests must carry
-    http_restrictions: Restrictions = field(default_factory=dict)
-    #: idle keep-alive and request-head timeouts, request-head size limit
-    http_limits: HttpLimits = field(default_factory=HttpLimits)
-    core: CoreOptions = field(default_factory=CoreOptions)
-    #: ``None``: no gRPC endpoint (tritonserver's ``--allow-grpc=false``)
-    grpc: GrpcOptions | None = field(default_factory=GrpcOptions)
-    #: ``None``: no metrics endpoint (``--allow-metrics=false``)
-    metrics: MetricsOptions | None = field(default_factory=MetricsOptions)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -82,30 +47,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-def _check_limits(cache_size: int, rate_limit: str, resources: Mapping[str, int]) -> None:
-    """Reject bad response-cache and rate-limiter settings before anything starts."""
-    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-        raise InvalidArgumentError(
-            f"cache_size must be a number of bytes (0: no response cache), got {cache_size!r}"
-        )
-    if rate_limit.lower() not in RATE_LIMIT_MODES:
-        raise InvalidArgumentError(
-            f"invalid argument for --rate-limit: '{rate_limit}' (expected off or execution_count)"
-        )
-    for name, count in resources.items():
-        if not name or isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise InvalidArgumentError(
-                f"rate limiter resource {name!r} needs a non-negative count, got {count!r}"
-            )
-
-
-def _http_limits(idle_s: float, header_s: float, max_header_bytes: int) -> HttpLimits:
-    try:
-        return HttpLimits(idle_s, header_s, max_header_bytes)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"invalid HTTP connection limit: {exc}") from exc
 
 
 class _UvicornServer(uvicorn.Server):
@@ -131,84 +72,15 @@ class Server:
     def __init__(
         self,
         model_repository: StrPath | Sequence[StrPath],
-        *,
-        http_port: int = 8000,
-        host: str = "127.0.0.1",
-        model_control_mode: str = "none",
-        load_model: Sequence[str] = (),
-        repository_poll_secs: float = 15.0,
-        strict_model_config: bool = False,
-        strict_readiness: bool = True,
-        model_config_name: str | None = None,
-        exit_timeout_secs: float = 30.0,
-        max_input_bytes: int = DEFAULT_MAX_INPUT_BYTES,
-        log_verbose: int = 0,
-        cache_size: int = 0,
-        rate_limit: str = "off",
-        rate_limit_resources: Mapping[str, int] | None = None,
-        grpc_port: int = 8001,
-        grpc_address: str | None = None,
-        allow_grpc: bool = True,
-        grpc_infer_compression: str = "none",
-        grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES,
-        metrics_port: int = 8002,
-        metrics_address: str | None = None,
-        allow_metrics: bool = True,
-        allow_cpu_metrics: bool = True,
-        allow_gpu_metrics: bool = True,
-        metrics_interval_ms: float = 2000,
-        metrics_config: Sequence[str] = (),
-        http_restricted_api: str | Sequence[str] = (),
-        grpc_restricted_protocol: str | Sequence[str] = (),
-        allow_model_upload: bool = True,
-        http_idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_S,
-        http_header_timeout_secs: float = DEFAULT_HEADER_TIMEOUT_S,
-        http_max_header_size: int = DEFAULT_MAX_HEADER_BYTES,
-        trace_config: Sequence[str] = (),
+        options: ServerOptions | None = None,
+        **keywords: Any,
     ) -> None:
-        _check_limits(cache_size, rate_limit, rate_limit_resources or {})
-        grpc_options = GrpcOptions(
-            port=grpc_port,
-            address=grpc_address or host,
-            max_message_bytes=grpc_max_message_bytes,
-            infer_compression=grpc_infer_compression,
-            restrictions=grpc_restrictions(grpc_restricted_protocol),
-        )
-        metrics_options = MetricsOptions(
-            port=metrics_port,
-            address=metrics_address or host,
-            allow_cpu=allow_cpu_metrics,
-            allow_gpu=allow_gpu_metrics,
-            interval_ms=round(metrics_interval_ms),
-            config=parse_metrics_config(metrics_config),
-        )
+        """``options``, or the keywords of ``ServerOptions.from_keywords`` (``http_port=0``,
+        ``model_control_mode="explicit"``, ...), each named after a tritonserver flag."""
+        if options is not None and keywords:
+            raise TypeError("Server() takes options or keywords, not both")
         self.model_repository = model_repository
-        self.options = ServerOptions(
-            http_port=http_port,
-            host=host,
-            exit_timeout_secs=exit_timeout_secs,
-            max_input_bytes=max_input_bytes,
-            log_verbose=log_verbose,
-            http_restrictions=http_restrictions(http_restricted_api),
-            http_limits=_http_limits(
-                http_idle_timeout_secs, http_header_timeout_secs, http_max_header_size
-            ),
-            core=CoreOptions(
-                control_mode=model_control_mode,
-                load_models=tuple(load_model),
-                poll_secs=repository_poll_secs,
-                strict_config=strict_model_config,
-                strict_readiness=strict_readiness,
-                config_name=model_config_name,
-                cache_size=cache_size,
-                rate_limit=rate_limit.lower(),
-                rate_limit_resources=dict(rate_limit_resources or {}),
-                allow_model_upload=allow_model_upload,
-                trace=parse_trace_config(trace_config),
-            ),
-            grpc=grpc_options if allow_grpc else None,
-            metrics=metrics_options if allow_metrics else None,
-        )
+        self.options = options if options is not None else ServerOptions.from_keywords(**keywords)
         self.core: InferenceCore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._http: HttpFrontend | None = None
