@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.peers import Peers, TritonServerProcess
 from tests.integration.scheduling_harness import fp32, infer
-from tests.server.test_metrics_service import (
+from tests.server.metrics.exposition import (
     Exposition,
     fp32_request,
     scrape,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.test_scheduling_http import concurrently, infer, output
+from tests.server.http_calls import concurrently, infer, output
 from workbench.server.hosting import Server
 
 #: burns CPU in pure Python for INPUT0 seconds (so only separate processes run two at once);

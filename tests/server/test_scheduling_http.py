@@ -12,13 +12,13 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.server.http_calls import concurrently, infer, output
 from workbench.server.hosting import Server
 
 PROBE = """
@@ -87,42 +87,9 @@ def write_probe(
     )
 
 
-def infer(
-    url: str, model: str, value: float, parameters: dict[str, Any] | None = None, rows: int = 1
-) -> tuple[int, dict[str, Any]]:
-    """POST one request; (status, body). ``rows`` > 0 sends a batch dimension."""
-    shape = [rows, 1] if rows else [1]
-    body: dict[str, Any] = {
-        "inputs": [
-            {"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": [value] * max(rows, 1)}
-        ]
-    }
-    if parameters:
-        body["parameters"] = parameters
-    request = urllib.request.Request(
-        f"{url}/v2/models/{model}/infer", data=json.dumps(body).encode(), method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
-def output(body: dict[str, Any], name: str) -> Any:
-    return next(o["data"][0] for o in body["outputs"] if o["name"] == name)
-
-
 def stats(url: str, model: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=10) as response:
         return json.loads(response.read())["model_stats"][0]  # type: ignore[no-any-return]
-
-
-def concurrently(calls: Sequence[Any]) -> list[Any]:
-    """Run zero-argument callables at once; their results in order."""
-    with ThreadPoolExecutor(len(calls)) as pool:
-        futures = [pool.submit(call) for call in calls]
-        return [f.result() for f in futures]
 
 
 @pytest.fixture

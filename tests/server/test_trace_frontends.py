@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.server.conftest import serve, serve_with_uvicorn
 from tests.server.fake_core import FakeCore
-from tests.server.test_grpc_service import serve_grpc
+from tests.server.grpc.served import serve_grpc
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.statistics import RequestTimes
 from workbench.core.trace import TraceLevel

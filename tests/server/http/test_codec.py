@@ -29,7 +29,7 @@ from workbench.server.http.response_codec import encode_infer_response
 
 NUMERIC = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 NUMERIC += ["FP32", "FP64"]
-GOLDEN = Path(__file__).parents[1] / "assets" / "conformance_golden"
+GOLDEN = Path(__file__).parents[2] / "assets" / "conformance_golden"
 
 
 def body_of(header: dict[str, Any], *chunks: bytes) -> tuple[bytes, int | None]:

@@ -4,169 +4,23 @@ the traffic sent and the statistics extension; custom metrics cross from the stu
 from __future__ import annotations
 
 import asyncio
-import re
-import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from workbench._types import Tensor
+from tests.server.metrics.exposition import (
+    Exposition,
+    fp32_request,
+    scrape,
+    write_metrics_repository,
+)
 from workbench.core import CoreOptions, InferenceCore
-from workbench.core.request import InferRequest
 from workbench.errors import UnavailableError, WorkbenchError
 from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 
 # --- helpers shared with the conformance test --------------------------------------------------
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-class Exposition:
-    """A parsed ``/metrics`` text: family types, help texts and samples."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.types: dict[str, str] = {}
-        self.help: dict[str, str] = {}
-        self.samples: list[tuple[str, dict[str, str], float]] = []
-        for line in text.splitlines():
-            if line.startswith("# TYPE "):
-                _, _, name, kind = line.split(" ", 3)
-                self.types[name] = kind
-            elif line.startswith("# HELP "):
-                _, _, name, text_ = line.split(" ", 3)
-                self.help[name] = text_
-            elif line:
-                match = _SAMPLE.match(line)
-                assert match is not None, f"not a sample line: {line!r}"
-                name, labels, value = match.groups()
-                parsed = dict(_LABEL.findall(labels or ""))
-                self.samples.append((name, parsed, float(value.replace("Nan", "nan"))))
-
-    def value(self, name: str, **labels: str) -> float:
-        """The one sample of ``name`` whose labels include ``labels``."""
-        found = [v for n, lb, v in self.samples if n == name and labels.items() <= lb.items()]
-        assert len(found) == 1, f"{name}{labels}: {len(found)} samples"
-        return found[0]
-
-    def has(self, name: str, **labels: str) -> bool:
-        return any(n == name and labels.items() <= lb.items() for n, lb, _ in self.samples)
-
-
-async def scrape(app: Any, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:
-    """Call the ASGI app once: (status, content type, body)."""
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "method": method, "path": path, "headers": []}
-    await app(scope, receive, send)
-    headers = dict(sent[0]["headers"])
-    return sent[0]["status"], headers[b"content-type"].decode(), sent[1]["body"].decode()
-
-
-SLOW_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 1
-input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-dynamic_batching {{
-  default_queue_policy {{ timeout_action: REJECT, default_timeout_microseconds: 150000 }}
-}}
-instance_group [ {{ count: 1, kind: KIND_CPU }} ]
-"""
-
-SLOW_MODEL = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.4)
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            if (x < 0).any():
-                raise ValueError("negative input")
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return responses
-"""
-
-CUSTOM_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-output [ {{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] }} ]
-instance_group [ {{ count: 1, kind: KIND_CPU }} ]
-"""
-
-CUSTOM_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        labels = {"model": "custom_metrics", "kind": "test"}
-        counter = pb_utils.MetricFamily(
-            name="custom_requests_total",
-            description="Requests seen by the custom model",
-            kind=pb_utils.MetricFamily.COUNTER,
-        )
-        gauge = pb_utils.MetricFamily(
-            name="custom_last_value",
-            description="Last INPUT0[0] seen",
-            kind=pb_utils.MetricFamily.GAUGE,
-        )
-        histogram = pb_utils.MetricFamily(
-            name="custom_value_histogram",
-            description="Distribution of INPUT0[0]",
-            kind=pb_utils.MetricFamily.HISTOGRAM,
-        )
-        self.families = (counter, gauge, histogram)
-        self.requests = counter.Metric(labels=labels)
-        self.last = gauge.Metric(labels=labels)
-        self.histogram = histogram.Metric(labels=labels, buckets=[1.0, 10.0, 100.0])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            value = float(x.flat[0])
-            self.requests.increment(1)
-            self.last.set(value)
-            self.histogram.observe(value)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return responses
-"""
-
-
-def write_model(root: Path, name: str, config: str, model: str) -> None:
-    folder = root / name / "1"
-    folder.mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(textwrap.dedent(config.format(name=name)))
-    (folder / "model.py").write_text(textwrap.dedent(model))
-
-
-def write_metrics_repository(root: Path) -> Path:
-    """``slow`` (0.4 s per execute, 150 ms queue timeout, raises on negatives) and
-    ``custom_metrics`` (a counter, a gauge and a histogram of its own)."""
-    write_model(root, "slow", SLOW_CONFIG, SLOW_MODEL)
-    write_model(root, "custom_metrics", CUSTOM_CONFIG, CUSTOM_MODEL)
-    return root
-
-
-def fp32_request(model: str, value: float) -> InferRequest:
-    array = np.array([[value]], dtype=np.float32)
-    return InferRequest(model, inputs={"INPUT0": Tensor("INPUT0", "FP32", array)})
 
 
 # --- the tests ------------------------------------------------------------------------------
@@ -315,7 +169,7 @@ def test_other_paths_and_methods_answer_as_triton(repo: Path) -> None:
 def test_gpu_metrics_appear_with_nvml_and_respect_allow_gpu(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.server.test_metrics_exposition import FakeNvml
+    from tests.server.metrics.exposition import FakeNvml
 
     monkeypatch.setattr("workbench.server.metrics._system.load_nvml", FakeNvml)
 

@@ -15,7 +15,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from tests.server.test_grpc_service import GrpcServer, serve_grpc
+from tests.server.grpc.served import GrpcServer, serve_grpc
 from workbench.server.grpc import GrpcOptions
 
 P = pb.InferParameter

@@ -14,7 +14,7 @@ from tests.integration.peers import copy_repository
 from workbench.server.grpc import _trim, service
 from workbench.server.hosting import Server
 
-CONFORMANCE_REPO = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo"
+CONFORMANCE_REPO = Path(__file__).resolve().parents[2] / "assets" / "conformance_repo"
 
 
 @pytest.fixture

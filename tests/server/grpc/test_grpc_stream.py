@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.server.fake_core import FakeCore
-from tests.server.test_grpc_service import GrpcServer, serve_grpc
+from tests.server.grpc.served import GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
 
 P = pb.InferParameter

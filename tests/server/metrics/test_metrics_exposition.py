@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
+from tests.server.metrics.exposition import FakeNvml
 from workbench.server.metrics._exposition import MetricBlock, format_value, render
 from workbench.server.metrics._summary import MAX_AGE_S, LatencySummaries, Summary, window_quantile
 from workbench.server.metrics._system import (
@@ -109,46 +108,6 @@ def test_cpu_metrics_from_proc_files(tmp_path: Path) -> None:
     assert read_memory(meminfo) is None
     old = {f: 5 for f in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")}
     assert cpu_utilization(old, old) == 0.0
-
-
-class FakeNvml:
-    """The calls ``GpuSampler`` makes on ``pynvml``, for one device."""
-
-    def __init__(self, count: int = 1, fail_init: bool = False) -> None:
-        self.count, self.fail_init = count, fail_init
-        self.energy_mj = 5_000
-        self.shut_down = False
-
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shut_down = True
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return self.count
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
-        return index
-
-    def nvmlDeviceGetUUID(self, handle: int) -> bytes:  # noqa: N802
-        return f"GPU-{handle:08d}".encode()
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:  # noqa: N802
-        return SimpleNamespace(gpu=37, memory=5)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
-        return SimpleNamespace(total=16 * 2**30, used=2**30, free=15 * 2**30)
-
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
-        return 71_500  # mW
-
-    def nvmlDeviceGetPowerManagementLimit(self, handle: int) -> int:  # noqa: N802
-        return 300_000
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802
-        return self.energy_mj
 
 
 def test_gpu_metrics_from_nvml() -> None:
