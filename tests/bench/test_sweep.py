@@ -14,8 +14,8 @@ import pytest
 
 from workbench.bench import Endpoints, Progress, SweepResult, sweep
 from workbench.bench.plan import SweepPoint
+from workbench.bench.runner import SweepRunner, SweepSpec, base_config, start_sweep
 from workbench.bench.scratch import SCRATCH_SUFFIX
-from workbench.bench.sweep import SweepRunner, SweepSpec, base_config, start_sweep
 from workbench.errors import InvalidArgumentError
 from workbench.notebook import Workbench
 

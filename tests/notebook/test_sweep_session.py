@@ -45,9 +45,9 @@ def test_live_sweep_runs_in_the_background(
 
 def test_bad_requests_fail_in_the_callers_cell(bench: Workbench) -> None:
     with pytest.raises(InvalidArgumentError, match="unknown sweep setting"):
-        from workbench.notebook.sweep_session import run_sweep
+        from workbench.bench.runner import SweepSpec
 
-        run_sweep(bench, "linear", settings={"batch": [1]}, concurrency=1)
+        SweepSpec.plan("linear", bench.model_dir("linear"), settings={"batch": [1]})
     with pytest.raises(InvalidArgumentError, match="has no input"):
         bench.sweep("linear", concurrency=1, inputs={"NOPE": [1.0]})
     with pytest.raises(InvalidArgumentError, match="protocol must be"):

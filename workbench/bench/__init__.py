@@ -13,9 +13,9 @@ from workbench.bench.result import (
     SweepInterrupted,
     SweepResult,
 )
-from workbench.bench.runs import sweep
+from workbench.bench.runner import Endpoints, Progress
 from workbench.bench.selection import select_best
-from workbench.bench.sweep import Endpoints, Progress
+from workbench.bench.sweep import sweep
 
 __all__ = [
     "CONFIG_AXES",

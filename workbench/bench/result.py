@@ -100,6 +100,7 @@ class SweepResult:
         *,
         options: Mapping[str, Any] | None = None,
         finished: bool = True,
+        bench: SupportsEdit | None = None,
     ) -> None:
         self.model = model
         self.base_config = base_config
@@ -107,8 +108,8 @@ class SweepResult:
         self.rows: list[dict[str, Any]] = [dict(row) for row in rows]
         #: how the sweep ran: protocol, duration_s, concurrency levels, ...
         self.options = dict(options or {})
-        #: set by ``Workbench.sweep`` so that ``apply_best()`` needs no argument
-        self.bench: SupportsEdit | None = None
+        #: the ``Workbench`` that ran it, so that ``apply_best()`` needs no argument
+        self.bench = bench
         #: why the sweep ended early, when it could not go on (``wait`` raises it)
         self.error: BaseException | None = None
         self._finished = threading.Event()

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.bench import Endpoints, SweepResult, plan_points, sweep
-from workbench.bench.plan import plan_concurrency
+from workbench.bench import Endpoints, SweepResult
+from workbench.bench.runner import SweepSpec
+from workbench.bench.sweep import start
 from workbench.bench.synthetic_inputs import synthesize_inputs
 
 if TYPE_CHECKING:
@@ -46,42 +47,21 @@ def _check_inputs(
     synthesize_inputs(metadata, max_batch_size=config.max_batch_size, inputs=inputs, shapes=shapes)
 
 
-def run_sweep(
-    bench: Workbench,
-    name: str,
-    *,
-    settings: Mapping[str, Any],
-    concurrency: int | Sequence[int],
-    live: bool | None = None,
-    inputs: Mapping[str, Any] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    **options: Any,
-) -> SweepResult:
-    """Run a sweep of ``name`` on ``bench`` (see ``Workbench.sweep``)."""
-    model_dir = bench.model_dir(name)
-    total = len(plan_points(settings)) * len(plan_concurrency(concurrency))
-    _check_inputs(bench, name, inputs, shapes)
+def run_sweep(bench: Workbench, spec: SweepSpec, *, live: bool | None = None) -> SweepResult:
+    """Run ``spec`` on ``bench`` (see ``Workbench.sweep``): shown live in a kernel."""
+    _check_inputs(bench, spec.model, spec.inputs, spec.shapes)
     # a remote server cannot read a scratch copy written here: points load as overrides
     repository = None if bench.remote else bench.repository
     endpoints = Endpoints(bench.server.http_address, repository, bench.grpc_url)
-    common: dict[str, Any] = {
-        "settings": settings,
-        "concurrency": concurrency,
-        "inputs": inputs,
-        "shapes": shapes,
-        **options,
-    }
     if not (in_kernel() if live is None else live):
-        result = sweep(name, model_dir, endpoints, wait=True, **common)
-        result.bench = bench
-        return result
+        return start(spec, endpoints, wait=True, bench=bench)
     from IPython.display import display
 
     from workbench.notebook.sweep_view import SweepView
 
-    view = SweepView(total, title=f"sweep of '{name}': p99 latency vs throughput")
-    result = sweep(name, model_dir, endpoints, listeners=[view.update], wait=False, **common)
-    result.bench = bench
+    title = f"sweep of '{spec.model}': p99 latency vs throughput"
+    view = SweepView(spec.measurements, title=title)
+    result = start(spec, endpoints, listeners=[view.update], wait=False, bench=bench)
     view.attach(result)
     display(view.root)
     return result

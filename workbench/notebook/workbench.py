@@ -334,6 +334,7 @@ class Workbench:
         from the model's metadata; dynamic dims need ``inputs=`` (arrays by input name) or
         ``shapes=`` (dims without the batch dimension).
         """
+        from workbench.bench.runner import SweepSpec
         from workbench.notebook.sweep_session import run_sweep
 
         settings = {
@@ -341,19 +342,18 @@ class Workbench:
             "max_queue_delay_microseconds": max_queue_delay_microseconds,
             "instance_count": instance_count,
         }
-        result = run_sweep(
-            self,
+        spec = SweepSpec.plan(
             name,
+            self.model_dir(name),
             settings=settings,
             concurrency=concurrency,
-            live=live,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            protocol=protocol,
             inputs=inputs,
             shapes=shapes,
-            duration_s=duration_s,
-            protocol=protocol,
-            warmup_s=warmup_s,
         )
-        self.sweeps[name] = result
+        self.sweeps[name] = result = run_sweep(self, spec, live=live)
         return result
 
     # -- production ----------------------------------------------------------------------------
