@@ -3,7 +3,7 @@ result (``runner.py`` measures it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +23,17 @@ def sweep(
     model_dir: Path,
     endpoints: Endpoints,
     *,
-    settings: Mapping[str, Any],
-    concurrency: int | Sequence[int] = (1, 4, 16),
-    duration_s: float = 3.0,
-    warmup_s: float | None = None,
-    protocol: str = "http",
-    inputs: Mapping[str, Any] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
     listeners: Iterable[Listener] = (),
     wait: bool = True,
+    **planning: Any,
 ) -> SweepResult:
-    """Measure ``model`` at every combination of ``settings`` (see ``plan_points``) and
-    ``concurrency`` level, ``duration_s`` each, after ``warmup_s`` per config (default: half
-    the duration, at most 1 s): ``start(SweepSpec.plan(...), ...)``.
+    """Measure ``model`` as ``SweepSpec.plan(model, model_dir, **planning)`` says (``settings``,
+    ``concurrency``, ``duration_s``, ``warmup_s``, ``protocol``, ``inputs``, ``shapes``).
 
     With ``wait=False`` it returns at once with a running ``SweepResult`` whose rows grow
     (``result.wait()`` blocks, ``result.stop()`` ends it early); listeners hear of every row.
     """
-    spec = SweepSpec.plan(
-        model,
-        model_dir,
-        settings=settings,
-        concurrency=concurrency,
-        duration_s=duration_s,
-        warmup_s=warmup_s,
-        protocol=protocol,
-        inputs=inputs,
-        shapes=shapes,
-    )
+    spec = SweepSpec.plan(model, model_dir, **planning)
     return start(spec, endpoints, listeners=listeners, wait=wait)
 
 
