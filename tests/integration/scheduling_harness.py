@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import http.client
-import inspect
 import json
 import threading
 import time
@@ -70,16 +69,13 @@ def _start_embedded(repository: Path) -> Server:
     Loading one by one through the repository API keeps a model that fails (a feature not
     implemented yet) from failing every case: those cases fail on their own.
     """
-    options: dict[str, Any] = {}
-    if "cache_size" in inspect.signature(Server).parameters:
-        options["cache_size"] = CACHE_BYTES
     server = Server(
         repository,
         http_port=0,
         grpc_port=0,
         metrics_port=0,
         model_control_mode="explicit",
-        **options,
+        cache_size=CACHE_BYTES,
     )
     server.start()
     for name in MODELS:
