@@ -199,6 +199,10 @@ def test_panel_serves_reloads_checks_configs_and_tunes(
     expect(banner).to_contain_text("Saved and valid", timeout=30_000)
     expect(editor_tab.locator(".jp-TritonWorkbench-problemLine")).to_have_count(0)
     expect(problems).to_be_hidden()
+    # the stale error toast goes; the success toast offers the reload
+    expect(page.locator(".Toastify__toast", has_text="2 problems")).to_have_count(0)
+    expect(page.locator(".Toastify__toast", has_text="is valid")).to_be_visible()
+    page.wait_for_timeout(1000)  # the toast slides in
     page.screenshot(path=str(screenshots / "config_valid.png"))
 
     # "Tune in a notebook": a new notebook with the attach cell, run; then %%pbtxt

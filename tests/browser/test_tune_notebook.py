@@ -65,4 +65,7 @@ def test_tune_notebook_renders_editor_live_figure_and_progress(
     live = sweep.locator(".js-plotly-plot")
     expect(live.locator(".scatterlayer .trace")).to_have_count(4, timeout=60_000)
     expect(live.get_by_text("max_batch_size=8, max_queue_delay_microseconds=500")).to_be_visible()
+    # the notebook scrolls inside the page: bring the live sweep into view for its picture
+    sweep.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshots / "tune_notebook_sweep.png"))
     assert page.locator(".jp-OutputArea-output[data-mime-type*='error']").count() == 0

@@ -21,6 +21,9 @@ from tests.integration.peers import (
     copy_repository,
     prepare,
 )
+
+# moto's S3 server for the remote-repository tests (fixtures, asked for by name)
+from tests.repository.s3_server import aws_environment, bucket, s3  # noqa: F401
 from workbench.server.hosting import Server
 
 CONFORMANCE_REPO = REPO_ROOT / "tests" / "assets" / "conformance_repo"

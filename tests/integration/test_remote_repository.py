@@ -9,42 +9,23 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
-from tests.repository.s3_server import S3Server, isolate_aws_environment, running_s3_server
+from tests.repository.s3_server import ADD_ONE, S3Server
 from workbench.cli import main
 from workbench.errors import NotFoundError
 from workbench.server.hosting import Server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_environment")]
 
-ADD_ONE = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo" / "add_one"
 ADD_TWO = (ADD_ONE / "1" / "model.py").read_bytes().replace(b"+ 1", b"+ 2")
 #: bound on every wait for the poll loop (it polls every 0.2 s here); never a speed assertion
 WAIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    yield from running_s3_server()
-
-
-@pytest.fixture(autouse=True)
-def _aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_aws_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def bucket(s3: S3Server) -> str:
-    name = s3.new_bucket()
-    s3.upload(ADD_ONE, name, "models/add_one")
-    return name
 
 
 def _add(server: Server) -> float:

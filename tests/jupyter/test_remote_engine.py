@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.core.conftest import write_add_model
 from tests.integration.conftest import peers  # noqa: F401  (the fixture)
 from tests.integration.peers import Peers, TritonServerProcess
+from tests.integration.remote_triton import add_models_repository, serve_remote
 from tests.jupyter.test_handlers import call
 from tests.jupyter.test_sweeps import finished
 from workbench.bench.scratch import SCRATCH_SUFFIX
@@ -30,11 +30,7 @@ MODELS = ("add", "tuned", "swept")
 
 @pytest.fixture(scope="module")
 def server_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("remote_engine") / "server_repo"
-    root.mkdir()
-    for name in MODELS:
-        write_add_model(root, name)
-    return root
+    return add_models_repository(tmp_path_factory, "remote_engine", MODELS)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +38,7 @@ def remote(
     peers: Peers,  # noqa: F811
     server_repo: Path,
 ) -> Iterator[TritonServerProcess]:
-    log = server_repo.parent / "tritonserver.log"
-    with TritonServerProcess(peers, server_repo, log_path=log) as server:
-        yield server
+    yield from serve_remote(peers, server_repo)
 
 
 @pytest.fixture

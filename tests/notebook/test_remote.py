@@ -21,6 +21,7 @@ import pytest
 from tests.core.conftest import write_add_model
 from tests.integration.conftest import peers  # noqa: F401  (the fixture)
 from tests.integration.peers import Peers, TritonServerProcess
+from tests.integration.remote_triton import add_models_repository, serve_remote
 from workbench.bench import Endpoints, Progress, sweep
 from workbench.bench.scratch import SCRATCH_SUFFIX
 from workbench.errors import (
@@ -39,11 +40,7 @@ MODELS = ("add", "edited", "refused", "swept", "swept_best")
 
 @pytest.fixture(scope="module")
 def server_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("remote") / "server_repo"
-    root.mkdir()
-    for name in MODELS:
-        write_add_model(root, name)
-    return root
+    return add_models_repository(tmp_path_factory, "remote", MODELS)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +48,7 @@ def remote(
     peers: Peers,  # noqa: F811
     server_repo: Path,
 ) -> Iterator[TritonServerProcess]:
-    """tritonserver in explicit model-control mode, every model loaded."""
-    log = server_repo.parent / "tritonserver.log"
-    with TritonServerProcess(peers, server_repo, log_path=log) as server:
-        yield server
+    yield from serve_remote(peers, server_repo)
 
 
 @pytest.fixture(scope="module")

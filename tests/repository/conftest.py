@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.repository.s3_server import aws_environment, bucket, s3  # noqa: F401 (fixtures)
+
 MakeModel = Callable[..., Path]
 
 ADD_ONE = """

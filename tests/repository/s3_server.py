@@ -112,3 +112,27 @@ def running_s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+#: the conformance repository's add-one model, which the remote-repository tests upload
+ADD_ONE = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo" / "add_one"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    """moto's S3 server on loopback, for a test module."""
+    yield from running_s3_server()
+
+
+@pytest.fixture
+def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS settings of the machine leak in (modules ask for it with ``usefixtures``)."""
+    isolate_aws_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> str:
+    """A bucket holding ``models/add_one`` (the conformance repository's add-one model)."""
+    name = s3.new_bucket()
+    s3.upload(ADD_ONE, name, "models/add_one")
+    return name

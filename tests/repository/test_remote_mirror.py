@@ -13,31 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.repository.conftest import MakeModel
-from tests.repository.s3_server import S3Server, isolate_aws_environment, running_s3_server
+from tests.repository.s3_server import ADD_ONE, S3Server
 from workbench.errors import NotFoundError, UnavailableError
 from workbench.repository import ModelRepository, diff_snapshots
 
-ADD_ONE = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo" / "add_one"
+pytestmark = pytest.mark.usefixtures("aws_environment")
 
 OpenRepository = Callable[..., ModelRepository]
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    yield from running_s3_server()
-
-
-@pytest.fixture(autouse=True)
-def _aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    isolate_aws_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def bucket(s3: S3Server) -> str:
-    """A bucket holding ``models/add_one`` (the conformance repository's add-one model)."""
-    name = s3.new_bucket()
-    s3.upload(ADD_ONE, name, "models/add_one")
-    return name
 
 
 @pytest.fixture

@@ -20,18 +20,18 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import StrPath
-from workbench.config import backend_name, parse_pbtxt, read_config
+from workbench.config import parse_pbtxt, read_config
 from workbench.errors import NotFoundError, UnavailableError, UnsupportedError, WorkbenchError
 from workbench.notebook import tables
 from workbench.notebook.config_editor import ConfigEditor
 from workbench.notebook.explain import explained, infer_details, model_details
 from workbench.notebook.model_export import export_onnx, export_torch
+from workbench.notebook.model_rows import MODEL_COLUMNS, model_rows
 from workbench.notebook.remote import RemoteServer, refused_control
 from workbench.notebook.trace_view import trace_directory
 from workbench.notebook.triton_http import STATS_COLUMNS, TritonHttp
 from workbench.server.hosting import Server
 
-MODEL_COLUMNS = ("name", "version", "state", "backend", "platform", "max_batch_size", "reason")
 #: requests kept per model for promote's verification replay
 HISTORY_LENGTH = 8
 
@@ -176,36 +176,7 @@ class Workbench:
     def models(self) -> Any:
         """The repository index as a DataFrame: name, version, state, backend, platform,
         max_batch_size, reason (one row per version, one per model not loaded)."""
-        return tables.to_frame(self._model_rows(), MODEL_COLUMNS)
-
-    def _model_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for entry in self.http.index():
-            name = entry["name"]
-            config = self._config_for_row(name, entry.get("state") == "READY")
-            rows.append(
-                {
-                    "name": name,
-                    "version": entry.get("version", ""),
-                    "state": entry.get("state", ""),
-                    "backend": backend_name(config) if config is not None else "",
-                    "platform": config.platform if config is not None else "",
-                    "max_batch_size": config.max_batch_size if config is not None else None,
-                    "reason": entry.get("reason", ""),
-                }
-            )
-        return rows
-
-    def _config_for_row(self, name: str, ready: bool) -> ModelConfig | None:
-        """The served config, else the one on disk (a model that failed to load has none)."""
-        try:
-            return (
-                self.http.config(name)
-                if ready
-                else read_config(self.model_dir(name) / "config.pbtxt")
-            )
-        except WorkbenchError:
-            return None
+        return tables.to_frame(model_rows(self.http, self.model_dir), MODEL_COLUMNS)
 
     def config(self, name: str, version: str = "") -> ModelConfig:
         """The model's configuration as the server sees it (defaults filled in). A model that
@@ -479,7 +450,7 @@ class Workbench:
         if not self.running:
             return "stopped"
         try:
-            return self._model_rows()
+            return model_rows(self.http, self.model_dir)
         except WorkbenchError as exc:
             return f"models unavailable: {exc}"
 
