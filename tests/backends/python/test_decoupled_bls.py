@@ -75,7 +75,14 @@ def test_decoupled_bls_sees_what_triton_shows(
     urls: dict[str, str], server: str, count: int, last_with_data: int
 ) -> None:
     expected = _report(urls["triton"], count, last_with_data)
-    assert _report(urls[server], count, last_with_data) == expected
+    ours = _report(urls[server], count, last_with_data)
+    # Two gathered ``async_exec`` calls: ours must both yield the whole stream. Triton 2.51
+    # sometimes hands one of them an empty iterator when the model answers with an error
+    # (a race in its python backend, seen in CI for count -1), so its entry is checked to be
+    # the stream or nothing rather than compared as a whole.
+    assert ours.pop("async") == [ours["stream"], ours["stream"]]
+    assert all(seen in (expected["stream"], []) for seen in expected.pop("async"))
+    assert ours == expected
 
 
 def test_the_reports_hold_what_triton_answered(urls: dict[str, str]) -> None:
