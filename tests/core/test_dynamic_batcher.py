@@ -1,4 +1,8 @@
-"""The dynamic batcher and its queue policies, against a fake executor (no model, no HTTP)."""
+"""The dynamic batcher and its queue policies, against a fake executor (no model, no HTTP).
+
+No test here races the real clock: an instance stays busy until a test opens its gate, and
+queue delays and timeouts end when a test advances a ``FakeClock`` past them.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from tests.core.fake_clock import FakeClock, settle
 from workbench._types import Tensor
 from workbench.backends.base import ExecResult
 from workbench.core import _deadline_timer
@@ -42,11 +47,13 @@ class _Slot:
 
 @dataclass
 class FakeExecutor:
-    """One instance that records the requests of each execution and holds it ``hold_s``."""
+    """One instance that records the requests of each execution.
 
-    hold_s: float = 0.0
+    With a ``gate``, an execution holds its instance until the gate opens (an order that no
+    stalled machine can change); without one it ends at the next loop turn.
+    """
+
     instance_count: int = 1
-    #: when given, executions also wait for it (an order that no stalled machine can change)
     gate: asyncio.Event | None = None
     batches: list[list[str]] = field(default_factory=list)
     _idle: asyncio.Queue[_Slot] | None = None
@@ -74,7 +81,7 @@ class FakeExecutor:
         return asyncio.ensure_future(self._finish(slot, batch))
 
     async def _finish(self, slot: _Slot, batch: list[Pending]) -> None:
-        await asyncio.sleep(self.hold_s)
+        await asyncio.sleep(0)
         if self.gate is not None:
             await self.gate.wait()
         for pending in batch:
@@ -92,12 +99,20 @@ def config(text: str, max_batch_size: int = 8) -> ModelConfig:
     return parsed
 
 
-def pending(request_id: str, width: int = 1, rows: int = 1, **parameters: object) -> Pending:
+def pending(
+    request_id: str,
+    width: int = 1,
+    rows: int = 1,
+    clock: FakeClock | None = None,
+    **parameters: object,
+) -> Pending:
+    """A request of ``rows`` x ``width``, arriving now (on ``clock`` when given)."""
     array = np.zeros((rows, width), dtype=np.float32)
     request = InferRequest("m", id=request_id, inputs={"X": Tensor("X", "FP32", array)})
     request.parameters = dict(parameters)
     future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
-    return Pending(request, rows, RequestTimes(), future)
+    times = RequestTimes() if clock is None else RequestTimes(received=clock.now_ns())
+    return Pending(request, rows, times, future)
 
 
 async def submit_all(batcher: DynamicBatcher, requests: list[Pending]) -> list[object]:
@@ -105,14 +120,25 @@ async def submit_all(batcher: DynamicBatcher, requests: list[Pending]) -> list[o
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def behind_a_busy_instance(
+    batcher: DynamicBatcher, executor: FakeExecutor, first: Pending, rest: list[Pending]
+) -> None:
+    """``first`` holds the only instance until its gate opens; ``rest`` queue meanwhile."""
+    assert executor.gate is not None
+    running = asyncio.ensure_future(batcher.submit(first))
+    await settle()
+    queued = [asyncio.ensure_future(batcher.submit(p)) for p in rest]
+    await settle()
+    assert executor.batches == [[first.request.id]]  # the others are still queued
+    executor.gate.set()
+    await asyncio.gather(running, *queued)
+
+
 @in_loop
 async def test_requests_queued_while_the_instance_is_busy_leave_as_one_batch() -> None:
-    executor = FakeExecutor(hold_s=0.05)
+    executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
-    first = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
-    await submit_all(batcher, [pending(name) for name in "bcd"])
-    await first
+    await behind_a_busy_instance(batcher, executor, pending("a"), [pending(n) for n in "bcd"])
     assert executor.batches == [["a"], ["b", "c", "d"]]
     await batcher.close()
 
@@ -128,60 +154,71 @@ async def test_requests_arriving_together_at_an_idle_instance_leave_as_one_batch
 
 @in_loop
 async def test_batches_never_exceed_max_batch_size_and_keep_arrival_order() -> None:
-    executor = FakeExecutor(hold_s=0.05)
+    executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=2), executor)
-    first = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
-    await submit_all(batcher, [pending(name) for name in "bcde"])
-    await first
+    await behind_a_busy_instance(batcher, executor, pending("a"), [pending(n) for n in "bcde"])
     assert executor.batches == [["a"], ["b", "c"], ["d", "e"]]
     await batcher.close()
 
 
 @in_loop
 async def test_requests_with_other_shapes_go_in_another_batch() -> None:
-    executor = FakeExecutor(hold_s=0.05)
+    executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
-    first = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
-    await submit_all(batcher, [pending("b", 2), pending("c", 3), pending("d", 2)])
-    await first
+    rest = [pending("b", 2), pending("c", 3), pending("d", 2)]
+    await behind_a_busy_instance(batcher, executor, pending("a"), rest)
     assert executor.batches == [["a"], ["b"], ["c"], ["d"]]
     await batcher.close()
 
 
 @in_loop
 async def test_ragged_inputs_batch_whatever_their_shapes() -> None:
-    executor = FakeExecutor(hold_s=0.05)
+    executor = FakeExecutor(gate=asyncio.Event())
     ragged = config("dynamic_batching {}")
     ragged.input[0].allow_ragged_batch = True
     batcher = DynamicBatcher(ragged, executor)
-    first = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
-    await submit_all(batcher, [pending("b", 2), pending("c", 3)])
-    await first
+    await behind_a_busy_instance(
+        batcher, executor, pending("a"), [pending("b", 2), pending("c", 3)]
+    )
     assert executor.batches == [["a"], ["b", "c"]]
+    await batcher.close()
+
+
+@in_loop
+async def test_a_microsecond_delay_ends_on_the_microsecond() -> None:
+    # On a clock moved by hand: still queued 1 ns before the delay ends, sent at its end.
+    # (That the real timers keep such a deadline is test_deadline_timer.py's business.)
+    clock = FakeClock()
+    executor = FakeExecutor()
+    batcher = DynamicBatcher(
+        config("dynamic_batching { max_queue_delay_microseconds: 300 }"), executor, clock
+    )
+    request = asyncio.ensure_future(batcher.submit(pending("a", clock=clock)))
+    await settle()
+    await clock.advance(299_999)
+    assert executor.batches == [] and not request.done()
+    await clock.advance(1)
+    await request
+    assert executor.batches == [["a"]]
     await batcher.close()
 
 
 @pytest.mark.parametrize("timerfd", [True, False])
 @in_loop
-async def test_a_microsecond_delay_is_kept_without_millisecond_timers(
+async def test_a_microsecond_delay_is_never_cut_short_on_the_real_clock(
     timerfd: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A lower bound only, which a slow machine cannot break: uvloop's millisecond timers
+    # would round 300 us down to nothing and send the request early.
     if not timerfd:
         monkeypatch.setattr(_deadline_timer, "_TIMERFD", None)
     batcher = DynamicBatcher(
         config("dynamic_batching { max_queue_delay_microseconds: 300 }"), FakeExecutor()
     )
-    waits = []
-    for name in "abcde":  # a shared machine stalls now and then: the best of five
+    for name in "abc":
         begin = time.monotonic_ns()
-        await batcher.submit(pending(name))
-        waits.append((time.monotonic_ns() - begin) / 1000)
-        if waits[-1] < 5000:
-            break
-    assert all(waited >= 300 for waited in waits) and min(waits) < 5000, waits
+        await asyncio.wait_for(batcher.submit(pending(name)), 10)  # 10 s: a hang guard
+        assert time.monotonic_ns() - begin >= 300_000
     await batcher.close()
 
 
@@ -204,19 +241,24 @@ async def test_a_sub_millisecond_delay_does_not_keep_the_cpu_busy() -> None:
 async def test_a_request_that_would_pass_the_preferred_size_starts_the_next_batch() -> None:
     # Triton 2.51, preferred [4]: 3 rows then 3 rows -> the first goes alone when the second
     # arrives; the second waits for the delay (docs/triton-scheduling-facts.md).
+    # The clock stands still unless advanced, so "a" leaving proves it left because "b"
+    # arrived, not because its delay ended; "b" leaves exactly when its own delay does.
     settings = (
         "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }"
     )
+    clock = FakeClock()
     executor = FakeExecutor()
-    batcher = DynamicBatcher(config(settings), executor)
-    begin = time.monotonic()
-    first = asyncio.ensure_future(batcher.submit(pending("a", rows=3)))
-    await asyncio.sleep(0.05)
-    second = asyncio.ensure_future(batcher.submit(pending("b", rows=3)))
+    batcher = DynamicBatcher(config(settings), executor, clock)
+    first = asyncio.ensure_future(batcher.submit(pending("a", rows=3, clock=clock)))
+    await clock.advance(50_000_000)
+    assert not first.done()
+    second = asyncio.ensure_future(batcher.submit(pending("b", rows=3, clock=clock)))
     await first
-    assert time.monotonic() - begin < 0.2
+    assert executor.batches == [["a"]]
+    await clock.advance(300_000_000 - 1)
+    assert not second.done()
+    await clock.advance(1)
     await second
-    assert time.monotonic() - begin >= 0.3
     assert executor.batches == [["a"], ["b"]]
     await batcher.close()
 
@@ -236,13 +278,18 @@ async def test_six_requests_with_preferred_four_leave_as_four_then_two() -> None
 @in_loop
 async def test_delayed_requests_run_after_those_that_did_not_time_out() -> None:
     policy = "default_queue_policy { default_timeout_microseconds: 40000 timeout_action: DELAY }"
-    executor = FakeExecutor(hold_s=0.08)
-    batcher = DynamicBatcher(config(f"dynamic_batching {{ {policy} }}", max_batch_size=1), executor)
-    first = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
-    early = asyncio.ensure_future(batcher.submit(pending("b")))
-    await asyncio.sleep(0.05)  # when "a" ends (80 ms), "b" is past its deadline, "c" is not
-    late = asyncio.ensure_future(batcher.submit(pending("c")))
+    clock = FakeClock()
+    executor = FakeExecutor(gate=asyncio.Event())
+    dynamic = config(f"dynamic_batching {{ {policy} }}", max_batch_size=1)
+    batcher = DynamicBatcher(dynamic, executor, clock)
+    first = asyncio.ensure_future(batcher.submit(pending("a", clock=clock)))
+    await settle()
+    early = asyncio.ensure_future(batcher.submit(pending("b", clock=clock)))
+    await clock.advance(50_000_000)  # "b" (40 ms) is past its deadline when "a" ends...
+    late = asyncio.ensure_future(batcher.submit(pending("c", clock=clock)))
+    await settle()  # ...and "c", just arrived, is not
+    assert executor.gate is not None
+    executor.gate.set()  # "a" ends
     await asyncio.gather(first, early, late)
     assert executor.batches == [["a"], ["c"], ["b"]]
     await batcher.close()
@@ -253,9 +300,9 @@ async def test_close_fails_queued_requests() -> None:
     executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=1), executor)
     running = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
+    await settle()
     queued = asyncio.ensure_future(batcher.submit(pending("b")))
-    await asyncio.sleep(0.01)
+    await settle()
     assert executor.batches == [["a"]]  # "a" runs until the gate opens; "b" is queued
     closing = asyncio.ensure_future(batcher.close())
     await asyncio.wait([queued])
@@ -270,14 +317,16 @@ async def test_close_fails_queued_requests() -> None:
 
 @in_loop
 async def test_a_cancelled_request_is_not_executed() -> None:
-    executor = FakeExecutor(hold_s=0.05)
+    executor = FakeExecutor(gate=asyncio.Event())
     batcher = DynamicBatcher(config("dynamic_batching {}", max_batch_size=1), executor)
     running = asyncio.ensure_future(batcher.submit(pending("a")))
-    await asyncio.sleep(0.01)
+    await settle()
     gone = asyncio.ensure_future(batcher.submit(pending("b")))
     kept = asyncio.ensure_future(batcher.submit(pending("c")))
-    await asyncio.sleep(0.01)
-    gone.cancel()
+    await settle()
+    gone.cancel()  # while "a" still holds the instance
+    assert executor.gate is not None
+    executor.gate.set()
     await asyncio.gather(running, kept)
     assert executor.batches == [["a"], ["c"]]
     await batcher.close()

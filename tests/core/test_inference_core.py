@@ -197,16 +197,37 @@ def test_poll_mode_adds_reloads_and_removes(repo: Path) -> None:
     run(InferenceCore(repo, options), scenario)
 
 
-def test_instances_execute_concurrently(repo: Path) -> None:
-    write_add_model(repo, "slow", sleep=0.3, count=2)
+MEET_MODEL = """
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
-    async def scenario(core: InferenceCore) -> float:
-        start = time.monotonic()
-        await asyncio.gather(*(core.infer(request("slow", ones())) for _ in range(2)))
-        return time.monotonic() - start
+class TritonPythonModel:
+    def execute(self, requests):
+        # say "started", then wait (a minute at most) until another execute has started too
+        open(os.path.join(FOLDER, str(os.getpid())), "w").close()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(FOLDER)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        met = np.full((1, 4), float(len(os.listdir(FOLDER)) >= 2), np.float32)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", met)]) for _ in requests]
+"""
 
-    elapsed = run(InferenceCore(repo), scenario)
-    assert elapsed < 0.55, f"two requests on two instances took {elapsed:.2f} s"
+
+def test_instances_execute_concurrently(repo: Path, tmp_path: Path) -> None:
+    # Order of events, not a speed-up (a loaded machine stalls): each execute waits until the
+    # other has started, so both answer 1 only if two instances ran them at the same time.
+    folder = tmp_path / "meet"
+    folder.mkdir()
+    model = write_add_model(repo, "meet", count=2)
+    (model / "1" / "model.py").write_text(MEET_MODEL.replace("FOLDER", repr(str(folder))))
+
+    async def scenario(core: InferenceCore) -> list[float]:
+        results = await asyncio.gather(*(core.infer(request("meet", ones())) for _ in range(2)))
+        return [float(r.outputs[0].array[0, 0]) for r in results]
+
+    assert run(InferenceCore(repo), scenario) == [1.0, 1.0]
 
 
 def test_version_policy_latest_two(repo: Path) -> None:

@@ -135,7 +135,8 @@ class LoopModelInstance(ModelInstance, Protocol):
 
     ``start_execute`` is tried first (no task, no future per call); when it declines,
     ``execute_async`` is awaited. Both return one result per request, in order, like
-    ``execute``, which still serves when neither can (a decoupled model, a stub restarting).
+    ``execute``, which the core runs on the instance's own thread when neither can (a
+    decoupled model, a stub restarting): this instance never starts a thread for that.
     """
 
     def start_execute(
@@ -145,8 +146,9 @@ class LoopModelInstance(ModelInstance, Protocol):
         False when this path cannot take the call (nothing was sent)."""
         ...
 
-    async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
-        """``execute``, awaited on the loop."""
+    async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult] | None:
+        """``execute``, awaited on the loop; None when it cannot run from the loop now
+        (nothing was sent: the core calls ``execute`` on the instance's thread)."""
         ...
 
 

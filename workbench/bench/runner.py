@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench import threads
 from workbench.bench.load_generator import PROTOCOLS, LoadResult, error_text
 from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings, plan_concurrency, plan_points
@@ -286,10 +287,7 @@ def start_sweep(runner: SweepRunner) -> threading.Thread:
         else:
             runner.result.finish()
 
-    thread = threading.Thread(target=main, name=f"workbench-sweep-{runner.spec.model}")
-    thread.daemon = True
-    thread.start()
-    return thread
+    return threads.start(f"workbench-sweep-{runner.spec.model}", main)
 
 
 def base_config(model_dir: Path) -> ModelConfig:

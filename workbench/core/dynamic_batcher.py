@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.backends.base import ExecResult
-from workbench.core._deadline_timer import DeadlineTimer
+from workbench.core._clock import MONOTONIC, Clock
 from workbench.core.queue_policy import PriorityQueues
 from workbench.core.scheduler import Executor, Pending, Slot
 from workbench.errors import InternalError, UnavailableError
@@ -34,9 +33,12 @@ log = logging.getLogger("workbench.core")
 
 
 class DynamicBatcher:
-    """The ``dynamic_batching`` scheduler of one model version."""
+    """The ``dynamic_batching`` scheduler of one model version.
 
-    def __init__(self, config: ModelConfig, executor: Executor) -> None:
+    ``clock`` is the server's monotonic clock; tests pass one they move by hand.
+    """
+
+    def __init__(self, config: ModelConfig, executor: Executor, clock: Clock = MONOTONIC) -> None:
         settings = config.dynamic_batching
         self._executor = executor
         self._max_rows = max(config.max_batch_size, 1)
@@ -51,7 +53,8 @@ class DynamicBatcher:
         self._slot: Slot | None = None
         #: waits for an instance while every one is busy
         self._acquiring: asyncio.Task[None] | None = None
-        self._timer = DeadlineTimer(self._pump)
+        self._now = clock.now_ns
+        self._timer = clock.timer(self._pump)
         #: a look at the queues is scheduled for the end of this loop turn
         self._pump_soon = False
         #: executions started, pruned of finished ones now and then (``close`` waits for them)
@@ -142,7 +145,7 @@ class DynamicBatcher:
     def _form_batch(self) -> list[Pending]:
         """The batch to send now, taken from the queues; or none, with the timer armed for
         when that may change (the oldest request's delay ends, or a queue timeout)."""
-        now = time.monotonic_ns()
+        now = self._now()
         wake_at = self.queues.expire(now)
         candidates, send_now = self._candidates()
         if not candidates:  # what was queued timed out or was cancelled

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
+from workbench import threads
 from workbench._types import StrPath
 from workbench.core.bls_client import CoreClient
 from workbench.core.ensemble import composing_models
@@ -34,6 +36,7 @@ from workbench.errors import (
     WorkbenchError,
 )
 from workbench.repository import ModelRepository, diff_snapshots
+from workbench.threads import Work
 
 log = logging.getLogger("workbench.core")
 
@@ -166,7 +169,7 @@ class InferenceCore:
         names = self._startup_names()
         self._startup_models = names
         # The baseline is what start-up loads; changes after this point are picked up by polls.
-        baseline = await asyncio.to_thread(self.repository.snapshot)
+        baseline = await threads.run(Work.FILES, self.repository.snapshot)
         await self._load_many(names)
         if self.options.control_mode == "poll":
             self._poll_task = asyncio.create_task(self._poll_forever(baseline))
@@ -248,7 +251,7 @@ class InferenceCore:
     async def _poll_forever(self, previous: dict[str, str]) -> None:
         while True:
             await asyncio.sleep(self.options.poll_secs)
-            current = await asyncio.to_thread(self.repository.snapshot)
+            current = await threads.run(Work.FILES, self.repository.snapshot)
             changes = diff_snapshots(previous, current)
             previous = current
             for name in changes.removed:
@@ -403,9 +406,8 @@ class InferenceCore:
             )
         path = None
         if files:
-            path = await asyncio.to_thread(
-                self.repository.write_override, name, config=override, files=files
-            )
+            write = functools.partial(self.repository.write_override, config=override, files=files)
+            path = await threads.run(Work.FILES, write, name)
         else:
             await self._refresh_remote(name)
         if not files and override is None and name not in self.repository.model_names():
@@ -421,7 +423,7 @@ class InferenceCore:
     async def _refresh_remote(self, name: str) -> None:
         """Copy a model of a remote repository afresh, as Triton does for each explicit load."""
         try:
-            await asyncio.to_thread(self.repository.refresh, name)
+            await threads.run(Work.FILES, self.repository.refresh, name)
         except WorkbenchError as exc:
             log.warning("failed to load '%s': %s", name, exc)
             raise InternalError(

@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from workbench import threads
 from workbench.backends.base import Backend, InstanceContext, LoopModelInstance, ModelInstance
 from workbench.core.rate_limiter import RateLimiter, Resources
+from workbench.threads import Work
 
 
 @dataclass(slots=True, eq=False)
@@ -54,7 +56,7 @@ class InstancePool:
             Worker(
                 index,
                 ctx.instance_name,
-                ThreadPoolExecutor(1, thread_name_prefix=ctx.instance_name),
+                threads.instance_worker(ctx.instance_name),
                 resources=need,
             )
             for index, (ctx, need) in enumerate(zip(self._contexts, needs, strict=True))
@@ -162,7 +164,7 @@ class InstancePool:
         for worker in self._workers:
             if worker.instance is not None:
                 try:
-                    await asyncio.to_thread(worker.instance.close)
+                    await threads.run(Work.CLOSE, worker.instance.close)
                 except Exception:  # user code in finalize() must not stop the others closing
                     pass
                 worker.instance = worker.on_loop = None

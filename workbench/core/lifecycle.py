@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench import config as cfg
+from workbench import threads
 from workbench.backends import backend_for, get_backend
 from workbench.backends.base import InferenceClient, InstanceContext
 from workbench.backends.exit_deadline import ExitDeadline
@@ -36,6 +37,7 @@ from workbench.errors import (
     WorkbenchError,
 )
 from workbench.repository import ModelRepository
+from workbench.threads import Work
 
 #: Triton's text for each error code (``Status::CodeString``), as load errors show it
 _CODE_TEXT = {
@@ -232,7 +234,7 @@ class ModelManager:
         self, name: str, override: ModelConfig | None, path: Path | None
     ) -> tuple[ModelConfig, dict[int, ServingModel]]:
         model_path = path or self.repository.model_path(name)
-        config = await asyncio.to_thread(self._prepare_config, name, override, model_path)
+        config = await threads.run(Work.FILES, self._prepare_config, name, override, model_path)
         available = self.repository.available_versions_at(model_path)
         versions = self.repository.select_versions(config, available)
         # select_versions raises when the policy leaves no version, so `versions` is non-empty.

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from workbench._types import Tensor
-from workbench.backends.base import ExecResult, LoopModelInstance, ModelInstance, fail_all
+from workbench.backends.base import ExecResult
 from workbench.config.dtypes import config_to_wire
 from workbench.core.dynamic_batcher import DynamicBatcher
-from workbench.core.instances import InstancePool, Worker
+from workbench.core.execution import InstanceExecutor
+from workbench.core.instances import InstancePool
 from workbench.core.queue_policy import QueueFullError
 from workbench.core.request import InferRequest, InferResponse
-from workbench.core.request_checks import RequestChecker, reshape_inputs, reshape_outputs
+from workbench.core.request_checks import RequestChecker
 from workbench.core.response_cache import ResponseCache, cache_for
-from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler, Slot
+from workbench.core.scheduler import DirectScheduler, Executor, Pending, Scheduler
 from workbench.core.sequence_batcher import SequenceBatcher
 from workbench.core.statistics import ModelStatistics, RequestTimes, failure_reason
-from workbench.errors import InternalError, InvalidArgumentError, WorkbenchError
+from workbench.errors import InvalidArgumentError, WorkbenchError
 
 
 class ServingModel(Protocol):
@@ -83,14 +82,12 @@ def model_metadata(config: ModelConfig, versions: list[int]) -> dict[str, Any]:
 
 
 class BackendModel:
-    """A version served by a backend: checks requests, schedules them on its instances.
+    """A version served by a backend: checks requests, queues them, answers them.
 
-    It is the schedulers' ``Executor``: they reserve an instance (``acquire``) and hand it a
-    batch (``execute``); the batch runs on the instance's worker thread, or, for instances that
-    talk to their own process (stub processes), is sent from the loop: ``start_execute`` sends
-    it in the scheduler's own loop step and settles it from the reply's callback, and
-    ``execute_async`` (awaited in a task) serves when that path declines. Either way it
-    completes on the loop, where every request's future is settled and the statistics recorded.
+    The request side: ``infer`` / ``infer_stream`` check a request against the config, look it
+    up in the response cache, hand it to the scheduler and turn its result into a response,
+    recording statistics and traces. The scheduler runs batches through ``executor``
+    (``core/execution.py``), which owns the instances.
     """
 
     def __init__(
@@ -105,15 +102,14 @@ class BackendModel:
         self.version = version
         self._version_text = str(version)
         self.config = config
-        self.pool = pool
         self.instance_count = len(pool)
         self.stats = ModelStatistics(config.name, version)
         self.decoupled = config.model_transaction_policy.decoupled
         self._checker = RequestChecker(config)
-        self._batched = config.max_batch_size > 0
         self._inflight = InFlight()
         self._cache = cache_for(config, cache)
-        self.scheduler: Scheduler = make_scheduler(config, self, model_path)
+        self.executor = InstanceExecutor(config, pool, self.stats, self._checker)
+        self.scheduler: Scheduler = make_scheduler(config, self.executor, model_path)
 
     # -- requests ------------------------------------------------------------------------------
     def check(self, request: InferRequest) -> int:
@@ -245,137 +241,12 @@ class BackendModel:
         """Run ``requests`` as one execution on instance ``index``, bypassing the scheduler
         (model warmup; Triton counts warmup executions in the statistics, so do we)."""
         batch = [self._pending(r, 1, RequestTimes()) for r in requests]
-        await self.execute(await self.pool.acquire(index), batch)
+        await self.executor.execute(await self.executor.acquire(index), batch)
         results = [pending.future.result() for pending in batch]
         for pending, result in zip(batch, results, strict=True):
             if result.error is None:
                 self.stats.record_success(pending.batch_size, pending.times)
         return results
-
-    # -- Executor ------------------------------------------------------------------------------
-    async def acquire(self, index: int | None = None) -> Worker:
-        return await self.pool.acquire(index)
-
-    def try_acquire(self) -> Worker | None:
-        return self.pool.try_acquire()
-
-    def release(self, slot: Slot) -> None:
-        assert isinstance(slot, Worker)
-        self.pool.release(slot)
-
-    def execute(self, slot: Slot, batch: list[Pending]) -> asyncio.Future[Any]:
-        assert isinstance(slot, Worker)
-        loop = asyncio.get_running_loop()
-        on_loop = slot.on_loop
-        if on_loop is not None:
-            # The instance talks to its own process from the loop: no worker-thread hand-off
-            # (and no contention for this process's GIL) on the way there and back.
-            clock = _Phases(self, batch)
-            started = self._start_on_loop(on_loop, slot, clock)
-            if started is not None:
-                return started
-            return loop.create_task(self._run_on_loop(slot, on_loop.execute_async, clock))
-        done: asyncio.Future[None] = loop.create_future()
-
-        def run(instance: ModelInstance) -> None:
-            try:
-                results = self._run(instance, batch)
-            except BaseException as exc:  # our own bug: the requests still get an answer
-                results = _failed(batch, exc)
-            # Straight back to the loop: one wake-up, no future chained to the thread's.
-            loop.call_soon_threadsafe(self._complete, slot, batch, results, done)
-
-        self.pool.submit(slot, run)
-        return done
-
-    def _start_on_loop(
-        self, instance: LoopModelInstance, slot: Worker, clock: _Phases
-    ) -> asyncio.Future[None] | None:
-        """Start the execution in this loop step (``start_execute``): its reply then settles
-        the requests right where it is read, with no task or future in between. None when it
-        declined (nothing was sent; ``execute_async`` does it)."""
-        start = instance.start_execute
-        batch = clock.batch
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def finished(results: list[ExecResult]) -> None:
-            try:
-                results = clock.finish(results)
-            except BaseException as exc:  # our own bug: the requests still get an answer
-                results = _failed(batch, exc)
-            self._complete(slot, batch, results, done)
-
-        try:
-            if not start(clock.requests, finished):
-                return None
-        except Exception as exc:  # a bug on the way out: fail these requests, not the loop
-            finished(_failed(batch, exc))
-        return done
-
-    def _complete(
-        self,
-        slot: Worker,
-        batch: list[Pending],
-        results: list[ExecResult],
-        done: asyncio.Future[None] | None = None,
-    ) -> None:
-        """Free the instance, give each request its result, record the execution (on the loop)."""
-        self.pool.release(slot)
-        rows = 0
-        for pending, result in zip(batch, results, strict=True):
-            rows += pending.batch_size
-            if not pending.future.done():
-                pending.future.set_result(result)
-        self.stats.record_execution(rows, batch[0].times)
-        if done is not None:
-            done.set_result(None)
-
-    def _run(self, instance: ModelInstance, batch: list[Pending]) -> list[ExecResult]:
-        """One execution, on the instance's worker thread; never raises."""
-        clock = _Phases(self, batch)
-        try:
-            results = instance.execute(clock.requests)
-        except Exception as exc:  # a bug in user model code fails the batch, not the server
-            results = _failed(clock.requests, exc)
-        return clock.finish(results)
-
-    async def _run_on_loop(
-        self,
-        slot: Worker,
-        execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
-        clock: _Phases,
-    ) -> None:
-        """One execution awaited on the loop (instances with ``execute_async``). Its task
-        settles the requests in its last step: no done callback, no extra future."""
-        batch = clock.batch
-        try:
-            results = await self._execute_on_loop(execute, clock)
-        except BaseException as exc:  # cancelled (or our bug): still free and answer
-            self._complete(slot, batch, _failed(batch, exc))
-            raise
-        self._complete(slot, batch, results)
-
-    async def _execute_on_loop(
-        self,
-        execute: Callable[[list[InferRequest]], Awaitable[list[ExecResult]]],
-        clock: _Phases,
-    ) -> list[ExecResult]:
-        try:
-            results = await execute(clock.requests)
-        except Exception as exc:
-            results = _failed(clock.requests, exc)
-        return clock.finish(results)
-
-    def _finish_result(self, request: InferRequest, result: ExecResult) -> None:
-        if result.error is not None or request.respond is not None:
-            return
-        try:
-            result.outputs = select_outputs(result.outputs, request.requested_outputs)
-        except WorkbenchError as exc:
-            result.error = exc
-            return
-        if self._checker.output_reshapes:
-            reshape_outputs(self.config, result.outputs, self._batched)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def drain(self) -> None:
@@ -383,7 +254,7 @@ class BackendModel:
 
     async def close(self) -> None:
         await self.scheduler.close()
-        await self.pool.close()
+        await self.executor.close()
 
 
 async def one_response(
@@ -392,48 +263,9 @@ async def one_response(
     yield await response
 
 
-class _Phases:
-    """Times the phases of one execution and shapes its inputs and results (either path)."""
-
-    def __init__(self, model: BackendModel, batch: list[Pending]) -> None:
-        self.model = model
-        self.batch = batch
-        self.started = time.monotonic_ns()
-        self.requests = [p.request for p in batch]
-        model.stats.leave_queue(*(p.times for p in batch))
-        if model._checker.input_reshapes:
-            for request in self.requests:
-                reshape_inputs(model.config, request, model._batched)
-        self.input_done = time.monotonic_ns()
-
-    def finish(self, results: list[ExecResult]) -> list[ExecResult]:
-        infer_done = time.monotonic_ns()
-        if len(results) != len(self.requests):
-            results = _failed(
-                self.requests,
-                InternalError(
-                    f"model '{self.model.name}' returned {len(results)} responses for "
-                    f"{len(self.requests)} requests"
-                ),
-            )
-        for request, result in zip(self.requests, results, strict=True):
-            self.model._finish_result(request, result)
-        output_done = time.monotonic_ns()
-        for pending in self.batch:
-            pending.times.stamp(self.started, self.input_done, infer_done, output_done)
-        return results
-
-
 def _stream_failure(error: BaseException, times: RequestTimes) -> str:
     """A decoupled request's failure reason: BACKEND once it executed, else the scheduler's."""
     return failure_reason(error) if times.pending else "BACKEND"
-
-
-def _failed(items: Sequence[object], error: BaseException) -> list[ExecResult]:
-    """One failed result per item: a library error as it is, anything else internal."""
-    if not isinstance(error, WorkbenchError):
-        error = InternalError(f"{type(error).__name__}: {error}")
-    return fail_all(len(items), error)
 
 
 class _ResponseStream:
@@ -470,14 +302,3 @@ def make_scheduler(
     if config.HasField("dynamic_batching"):
         return DynamicBatcher(config, executor)
     return DirectScheduler(executor)
-
-
-def select_outputs(outputs: list[Tensor], requested: list[str] | None) -> list[Tensor]:
-    """Keep the requested outputs, in the order they were asked for."""
-    if requested is None:
-        return outputs
-    by_name = {t.name: t for t in outputs}
-    missing = [name for name in requested if name not in by_name]
-    if missing:
-        raise InternalError(f"model did not produce requested output(s) {missing}")
-    return [by_name[name] for name in requested]

@@ -48,7 +48,7 @@ class Slot(Protocol):
 
 
 class Executor(Protocol):
-    """How schedulers reach a model's instances (implemented by ``BackendModel``)."""
+    """How schedulers reach a model's instances (``core/execution.py``'s ``InstanceExecutor``)."""
 
     #: number of instances
     instance_count: int

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from workbench import threads
 from workbench.errors import UnavailableError
 from workbench.jupyter.child import READY_PREFIX
+from workbench.threads import Work
 
 HOST = "127.0.0.1"
 #: lines of the child's output kept for ``status`` (the reason of a failed start)
@@ -216,7 +218,7 @@ class TritonEngine:
             startup_timeout_s=timeout_s,
             extra_args=["--metrics-config=summary_latencies=true"],
         )
-        await asyncio.to_thread(self.process.start)
+        await threads.run(Work.PROCESS, self.process.start)
         self.log.info("[workbench] tritonserver log: %s", self.process.log_path)
         return Endpoints(
             self.process.http_port,
@@ -229,13 +231,13 @@ class TritonEngine:
         process = self.process.process if self.process is not None else None
         if process is None:
             return 0
-        return int(await asyncio.to_thread(process.wait))
+        return int(await threads.run(Work.PROCESS, process.wait))
 
     async def stop(self) -> None:
         if self.process is not None:
             log_text = self.process.log_text()
             self.tail.extend(log_text.splitlines()[-TAIL_LINES:])
-            await asyncio.to_thread(self.process.stop)
+            await threads.run(Work.PROCESS, self.process.stop)
 
 
 __all__ = ["HOST", "Endpoints", "Engine", "EmbeddedEngine", "TritonEngine"]

@@ -19,11 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench import threads
 from workbench.config import parse_pbtxt, read_config, to_json_dict
 from workbench.config.pbtxt_patch import field_line
 from workbench.errors import ConfigError, InvalidArgumentError, NotFoundError
 from workbench.jupyter.host import ServerHost
 from workbench.notebook.config_editor import ConfigEditor
+from workbench.threads import Work
 
 #: ``source:line:column:`` in a parse error
 _PARSE_LOCATION = re.compile(r":(\d+):(\d+): ")
@@ -58,21 +60,21 @@ class ModelConfigs:
         """The file's text, its JSON form (Triton's ``/config`` layout; None when it does not
         parse, with the problem) and the earlier versions kept by earlier writes."""
         folder = self.model_dir(name)
-        return await asyncio.to_thread(_read, name, folder)
+        return await threads.run(Work.FILES, _read, name, folder)
 
     async def validate(self, name: str, text: str) -> dict[str, Any]:
-        problems = await asyncio.to_thread(self._check, name, text)
+        problems = await threads.run(Work.FILES, self._check, name, text)
         return {"valid": not problems, "problems": problems}
 
     async def diff(self, name: str, text: str) -> dict[str, Any]:
         """The diff from the file to ``text``, and what a write would refuse or lose."""
-        return await asyncio.to_thread(self._diff, name, text)
+        return await threads.run(Work.FILES, self._diff, name, text)
 
     async def write(self, name: str, text: str) -> dict[str, Any]:
         """Validate, write atomically, reload; refused (``InvalidConfigError``, nothing
         written) when invalid; restored when the reload fails (``UnavailableError``)."""
         async with self._write_lock:
-            return await asyncio.to_thread(self._write, name, text, self._reloader())
+            return await threads.run(Work.FILES, self._write, name, text, self._reloader())
 
     # -- in the worker thread ------------------------------------------------------------------
     def _editor(self, name: str, reload: Callable[[str], None] | None) -> ConfigEditor:

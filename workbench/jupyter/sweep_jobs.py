@@ -15,6 +15,7 @@ model itself and loads back what served before (``workbench.bench.reconfigure``)
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
 import time
@@ -25,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from workbench import threads
 from workbench.bench import CONFIG_AXES, Endpoints, SweepResult, sweep
 from workbench.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from workbench.jupyter.host import ServerHost
 from workbench.jupyter.model_configs import ModelConfigs
+from workbench.threads import Work
 
 #: what a start request may hold besides ``model``: ``bench.sweep``'s keyword arguments
 OPTIONS = ("concurrency", "duration_s", "warmup_s", "protocol", "inputs", "shapes")
@@ -120,9 +123,8 @@ class SweepJobs:
             self.host.require_client()
             model_dir = self.configs.model_dir(model)
             endpoints = self._endpoints()
-            result = await asyncio.to_thread(
-                sweep, model, model_dir, endpoints, settings=settings, wait=False, **options
-            )
+            start = functools.partial(sweep, settings=settings, wait=False, **options)
+            result = await threads.run(Work.SWEEP, start, model, model_dir, endpoints)
             job = SweepJob(str(next(self._ids)), dict(body), result)
             self.jobs[job.id] = job
             self._forget_old()
@@ -157,7 +159,7 @@ class SweepJobs:
         for job in list(self.jobs.values()):
             if job.result.running:
                 job.result.stop()
-                await asyncio.to_thread(_wait_quietly, job.result)
+                await threads.run(Work.SWEEP, _wait_quietly, job.result)
 
 
 def _parse(body: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:

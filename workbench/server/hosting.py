@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 
+from workbench import threads
 from workbench._types import StrPath
 from workbench.core import InferenceCore
 from workbench.errors import UnavailableError, WorkbenchError
@@ -156,10 +157,7 @@ class Server:
             raise UnavailableError("server already started")
         self._bind()
         self._exit_deadline, self.stopped_in_time = None, True
-        self._thread = threading.Thread(
-            target=self._thread_main, name="workbench-server", daemon=True
-        )
-        self._thread.start()
+        self._thread = threads.start("workbench-server", self._thread_main)
         if not self._started.wait(timeout_s):
             self.stop()
             raise UnavailableError(f"server did not start within {timeout_s:.0f} s")

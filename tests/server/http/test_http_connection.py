@@ -243,31 +243,30 @@ def test_stopping_finishes_the_request_in_flight_and_closes_idle_connections(
 def test_past_the_exit_timeout_the_request_is_cut_and_no_task_outlives_serve() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    frontend = HttpFrontend(create_app(SlowCore()), sock, exit_timeout_s=0.1)  # type: ignore[arg-type]
+    core = SlowCore()
+    core.delay_s = 3600  # an infer no run outlasts: serving ends only because it was cut
+    frontend = HttpFrontend(create_app(core), sock, exit_timeout_s=0.1)  # type: ignore[arg-type]
 
-    async def main() -> tuple[bytes, set[asyncio.Task[object]], float]:
+    async def main() -> tuple[bytes, set[asyncio.Task[object]]]:
         await frontend.start()
         serving = asyncio.create_task(frontend.serve())
         port = sock.getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         _, idle = await asyncio.open_connection("127.0.0.1", port)
         writer.write(post("/v2/models/add_one/infer", INFER_BODY))
-        await asyncio.sleep(0.1)  # the infer (0.5 s) is in flight
-        began = time.monotonic()
+        await asyncio.sleep(0.1)  # the infer is in flight
         frontend.request_exit()
-        await asyncio.wait_for(serving, 5)
-        took = time.monotonic() - began
+        await asyncio.wait_for(serving, 30)  # a hang guard, far below the infer's hour
         left = asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
         answer = await reader.read()  # the connection was cut without a reply
         writer.close()
         idle.close()
-        return answer, left, took
+        return answer, left
 
-    answer, left, took = asyncio.run(main())
+    answer, left = asyncio.run(main())
     sock.close()
     assert answer == b""
     assert not left
-    assert took < SlowCore.delay_s
 
 
 def _chunked_reply(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes, bytes]:

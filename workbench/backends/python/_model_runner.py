@@ -14,12 +14,12 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-import threading
 import types
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from workbench import threads
 from workbench.backends._batching import declared_output_types
 from workbench.backends.base import ExecRequest, ExecResult, fail_all
 from workbench.backends.python import pb_utils
@@ -283,8 +283,7 @@ class _LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
+        self._thread = threads.start(name, self.loop.run_forever)
 
     def submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)

@@ -16,8 +16,8 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
+from workbench import threads
 from workbench.backends.base import ExecRequest, ExecResult, fail_all
 from workbench.backends.python._server_stub import (
     StubGone,
@@ -50,9 +50,7 @@ class ProcessModelInstance:
         self._starting: StubProcess | None = None
         self._restart: threading.Thread | None = None
         self._closing = False
-        self._bls_pool = ThreadPoolExecutor(
-            _BLS_THREADS, thread_name_prefix=f"{launch.instance_name}-bls"
-        )
+        self._bls_pool = threads.worker_pool(f"{launch.instance_name}-bls", _BLS_THREADS)
 
     @property
     def pid(self) -> int | None:
@@ -100,18 +98,19 @@ class ProcessModelInstance:
                 break
         return self._fail(requests, unhealthy(self.launch.instance_name))
 
-    async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
+    async def execute_async(self, requests: Sequence[ExecRequest]) -> list[ExecResult] | None:
         """``execute``, awaited on the server's event loop instead of run on a worker thread.
 
         Part of ``LoopModelInstance``: a core that awaits it saves the two thread hand-offs
         of every call, because the loop sends the call and reads the reply itself.
-        Decoupled models, and a stub being restarted, go through ``execute`` on a thread.
+        None for decoupled models and a stub being restarted: those go through ``execute``
+        on the instance's thread (the core's).
         """
         loop = asyncio.get_running_loop()
         for _attempt in range(2):
             stub = self._loop_stub()
             if stub is None:
-                return await loop.run_in_executor(None, self.execute, requests)
+                return None
             try:
                 return await stub.execute_async(requests, loop)
             except StubGone:  # it died while idle: restart it and send the requests again
@@ -192,13 +191,10 @@ class ProcessModelInstance:
             if stub is not self._stub or self._closing or stub.abandoned:
                 return
             self._stub = None
-            restart = threading.Thread(
-                target=self._restart_stub,
-                name=f"{self.launch.instance_name}-restart",
-                daemon=True,
+            # started under the lock: whoever sees it may join it
+            self._restart = threads.start(
+                f"{self.launch.instance_name}-restart", self._restart_stub
             )
-            self._restart = restart
-            restart.start()  # under the lock: whoever sees it may join it
         stub.fail_open(unhealthy(self.launch.instance_name))
         how = stub.exit_description(wait_s=1.0)
         stub.kill()

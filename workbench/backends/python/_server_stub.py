@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import workbench
+from workbench import threads
 from workbench._types import Tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
 from workbench.backends.exit_deadline import ExitDeadline
@@ -213,8 +214,7 @@ class StubProcess:
         if launch.spec.decoupled:
             # Decoupled responses arrive at any time: a reader thread routes them.
             name = f"{launch.instance_name}-stub-reader"
-            self._reader = threading.Thread(target=self._pump, name=name, daemon=True)
-            self._reader.start()
+            self._reader = threads.start(name, self._pump)
 
     def execute(self, requests: Sequence[ExecRequest]) -> list[ExecResult]:
         """One ``execute`` in the child.
@@ -243,11 +243,12 @@ class StubProcess:
 
     async def execute_async(
         self, requests: Sequence[ExecRequest], loop: asyncio.AbstractEventLoop
-    ) -> list[ExecResult]:
-        """``execute`` from the event loop, which reads the reply itself (non-decoupled)."""
+    ) -> list[ExecResult] | None:
+        """``execute`` from the event loop, which reads the reply itself (non-decoupled);
+        None when this loop cannot read the channel (nothing was sent)."""
         reader = self._reader_on(loop)
         if reader is None:
-            return await loop.run_in_executor(None, self.execute, requests)
+            return None
         reply = reader.expect(self._send_execute(requests))
         _, _, out_block, out_wires = await reply
         return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from workbench import threads
 from workbench.backends.python._server_metrics import Operation
 
 #: how long updates made outside a call may wait before the flusher sends them
@@ -115,10 +116,7 @@ class MetricForwarder:
 
     def start_flusher(self, send: Callable[[list[Operation]], None]) -> None:
         """Send updates made between calls from a daemon thread (``send`` may raise: it stops)."""
-        self._flusher = threading.Thread(
-            target=self._flush_forever, args=(send,), name="metric-flusher", daemon=True
-        )
-        self._flusher.start()
+        self._flusher = threads.start("metric-flusher", self._flush_forever, send)
 
     def _flush_forever(self, send: Callable[[list[Operation]], None]) -> None:
         while not self._stopped:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench import threads
 from workbench._types import Tensor
 from workbench.backends.python.pb_utils import deserialize_bytes_tensor, serialize_byte_tensor
 from workbench.config.dtypes import WIRE_TO_NUMPY
@@ -242,10 +243,7 @@ class _Releaser:
         with self._wake:
             self._due[id(writer)] = (time.monotonic() + delay_s, weakref.ref(writer))
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="workbench-shm-release", daemon=True
-                )
-                self._thread.start()
+                self._thread = threads.start("workbench-shm-release", self._run)
             self._wake.notify()
 
     def _run(self) -> None:

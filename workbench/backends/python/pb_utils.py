@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench import threads
 from workbench._types import serialize_bytes, split_bytes
 from workbench.backends.python._model_config import ModelConfig
 from workbench.backends.python._model_dlpack import array_from_dlpack, array_to_dlpack
@@ -32,6 +33,7 @@ from workbench.backends.python._model_metrics import (
 )
 from workbench.backends.python._model_sender import FINAL_FLAG, Deliver, InferenceResponseSender
 from workbench.config.dtypes import WIRE_TO_NUMPY, config_to_wire, wire_to_config_enum
+from workbench.threads import Work
 
 TRITON_STRING_TO_NUMPY = {
     f"TYPE_{'STRING' if wire == 'BYTES' else wire}": (bool if wire == "BOOL" else dt.type)
@@ -369,10 +371,10 @@ class InferenceRequest:
         return run_bls(scope.client, self)
 
     def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
-        """Like ``exec`` but awaitable; runs on the loop's default executor."""
+        """Like ``exec`` but awaitable; runs on the stub's pool for BLS calls."""
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
-        return loop.run_in_executor(None, context.run, self.exec, decoupled)
+        return loop.run_in_executor(threads.pool(Work.BLS), context.run, self.exec, decoupled)
 
 
 class ResponseIterator:

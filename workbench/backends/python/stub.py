@@ -17,13 +17,13 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench import threads
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecResult
 from workbench.backends.python import pb_utils
@@ -319,9 +319,7 @@ def main(argv: Sequence[str]) -> int:
     # Ctrl-C in a terminal, or a service manager's SIGTERM, reaches the whole process group
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
-    threading.Thread(
-        target=_exit_with_the_server, args=(os.getppid(),), name="server-watch", daemon=True
-    ).start()
+    threads.start("server-watch", _exit_with_the_server, os.getppid())
     for fd in (sock_fd, inbound_fd, outbound_fd):
         os.set_inheritable(fd, False)
     stub = Stub(socket.socket(fileno=sock_fd), Region(inbound_fd), Region(outbound_fd))

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from workbench import threads
 from workbench.core.contract import ObservableCore
 from workbench.core.model import ServingModel
 from workbench.core.response_cache import cache_for
@@ -24,6 +25,7 @@ from workbench.server.metrics._exposition import MetricBlock, render
 from workbench.server.metrics._model_metrics import ModelMetricBlocks, VersionMetrics
 from workbench.server.metrics._summary import LatencySummaries
 from workbench.server.metrics._system import CpuSampler, GpuSampler, pinned_memory_blocks
+from workbench.threads import Work
 
 log = logging.getLogger("workbench.server.metrics")
 
@@ -64,10 +66,10 @@ class MetricsService:
     async def start(self) -> None:
         """Open NVML (if allowed and present) and sample CPU/GPU every ``interval_ms``."""
         if self.options.allow_gpu:
-            self.gpu = await asyncio.to_thread(GpuSampler.open)
+            self.gpu = await threads.run(Work.SAMPLE, GpuSampler.open)
         if self.cpu is None and self.gpu is None:
             return
-        await asyncio.to_thread(self.sample)
+        await threads.run(Work.SAMPLE, self.sample)
         self._poller = asyncio.create_task(self._poll_forever())
 
     def sample(self) -> None:
@@ -82,7 +84,7 @@ class MetricsService:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await asyncio.to_thread(self.sample)
+                await threads.run(Work.SAMPLE, self.sample)
             except Exception:  # a sampler bug must not end sampling for good
                 log.exception("sampling CPU/GPU metrics failed")
 
