@@ -10,7 +10,7 @@ from tests.core.conftest import write_add_model
 from workbench.cli import build_parser
 from workbench.core.trace import TraceLevel
 from workbench.core.trace_settings import TraceOptions
-from workbench.errors import InvalidArgumentError, UnsupportedError
+from workbench.errors import InvalidArgumentError
 from workbench.server.cli import server_from_args
 from workbench.server.trace_config import parse_trace_config
 
@@ -69,9 +69,71 @@ def test_bad_flags_are_refused_with_tritons_text(flag: str, message: str) -> Non
     assert str(refused.value) == message
 
 
-def test_opentelemetry_mode_is_refused_rather_than_tracing_nothing() -> None:
-    with pytest.raises(UnsupportedError, match="OpenTelemetry export is not implemented"):
-        parse_trace_config(["mode=opentelemetry", "opentelemetry,url=localhost:4318"])
+def test_opentelemetry_mode_keeps_its_entries_in_order_then_the_bsp_defaults() -> None:
+    """As tritonserver 2.51 lists them after ``trace_mode`` (seen on it: the defaults not given
+    come as batch size, delay, queue size)."""
+    options = parse_trace_config(
+        [
+            "mode=opentelemetry",
+            "opentelemetry,resource=a=b",
+            "opentelemetry,url=http://127.0.0.1:4318/v1/traces",
+            "opentelemetry,bsp_max_queue_size= 100x",
+            "opentelemetry,foo=bar",
+            "triton,file=/tmp/ignored.json",
+            "triton,log-frequency=5",
+            "level=TIMESTAMPS",
+        ]
+    )
+    assert (options.mode, options.file, options.log_frequency) == ("opentelemetry", "", 0)
+    assert options.config == (
+        ("resource", "a=b"),
+        ("url", "http://127.0.0.1:4318/v1/traces"),
+        ("bsp_max_queue_size", "100"),
+        ("foo", "bar"),
+        ("bsp_max_export_batch_size", "512"),
+        ("bsp_schedule_delay", "5000"),
+    )
+
+
+def test_bsp_defaults_come_from_the_otel_environment_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "-1")  # std::stoul wraps, uint32 keeps
+    config = dict(parse_trace_config(["mode=opentelemetry"]).config)
+    assert config == {
+        "bsp_max_export_batch_size": "512",
+        "bsp_schedule_delay": "250",
+        "bsp_max_queue_size": "4294967295",
+    }
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "many")
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_trace_config(["mode=opentelemetry"])
+    assert str(refused.value) == (
+        'Bad option: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE".\nInvalid option value. Got many'
+    )
+
+
+def test_a_bad_bsp_setting_is_refused_with_tritons_text() -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_trace_config(["mode=opentelemetry", "opentelemetry,bsp_schedule_delay=soon"])
+    assert str(refused.value) == (
+        'Bad option: "--trace-config opentelemetry,bsp_schedule_delay".\n'
+        "Invalid option value. Got soon"
+    )
+
+
+def test_a_modes_settings_are_read_only_in_that_mode() -> None:
+    """``opentelemetry,*`` settings are not even checked in triton mode; triton mode lists its
+    own unknown settings (Triton's setting API does)."""
+    options = parse_trace_config(
+        ["opentelemetry,bsp_schedule_delay=soon", "triton,file=/tmp/t.json", "triton,foo=bar"]
+    )
+    assert (options.mode, options.file, options.config) == (
+        "triton",
+        "/tmp/t.json",
+        (("foo", "bar"),),
+    )
 
 
 def test_serve_takes_repeated_trace_config_flags(tmp_path: Path) -> None:
@@ -92,3 +154,19 @@ def test_serve_takes_repeated_trace_config_flags(tmp_path: Path) -> None:
         TraceLevel.TIMESTAMPS,
         1,
     )
+
+
+def test_serve_takes_the_opentelemetry_mode(tmp_path: Path) -> None:
+    write_add_model(tmp_path, "add")
+    args = build_parser().parse_args(
+        [
+            "serve",
+            f"--model-repository={tmp_path}",
+            "--trace-config=mode=opentelemetry",
+            "--trace-config=opentelemetry,url=http://127.0.0.1:9/v1/traces",
+            "--trace-config=level=TIMESTAMPS",
+        ]
+    )
+    options = server_from_args(args).options.core.trace
+    assert (options.mode, options.level) == ("opentelemetry", TraceLevel.TIMESTAMPS)
+    assert options.config[0] == ("url", "http://127.0.0.1:9/v1/traces")

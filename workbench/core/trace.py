@@ -12,7 +12,9 @@ trace once the request has been answered (``release``). Entries are the objects 
 - ``{"id", "activity", "tensor": {"name", "data", "shape", "dtype"}}`` at level TENSORS.
 
 The core reports a request's timestamps from the ``RequestTimes`` its statistics already keep,
-once the request is done; nothing here runs for a request that is not traced.
+once the request is done; nothing here runs for a request that is not traced. What a trace
+reports goes to its record (a ``TraceRecorder``): ``TraceRecord`` here writes Triton's JSON
+(``triton`` mode); ``trace_otel.SpanRecord`` builds OpenTelemetry spans (``opentelemetry``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,27 @@ class TraceSink(Protocol):
     def write_trace(self, text: str) -> None: ...
 
 
+class TraceRecorder(Protocol):
+    """What the traces of one front-end request report to (Triton's ``TraceManager::Trace``
+    with its callbacks): a front end's timestamps (``CaptureTimestamp``), the core's activities
+    (``TraceActivity``: the model header comes with REQUEST_START), tensors
+    (``TraceTensorActivity``), and the release once the request is answered."""
+
+    level: TraceLevel
+
+    def new_trace(self, parent_id: int = 0) -> InferenceTrace: ...
+
+    def timestamp(self, trace_id: int, name: str, ns: int) -> None: ...
+
+    def activity(self, trace_id: int, name: str, ns: int) -> None: ...
+
+    def model(self, trace: InferenceTrace, model: str, version: int, request_id: str) -> None: ...
+
+    def tensor(self, trace_id: int, activity: str, tensor: Tensor) -> None: ...
+
+    def release(self) -> None: ...
+
+
 def _entry(value: dict[str, object]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -70,6 +93,23 @@ class TraceRecord:
     def add(self, trace_id: int, entry: str) -> None:
         self.streams.setdefault(trace_id, []).append(entry)
 
+    def timestamp(self, trace_id: int, name: str, ns: int) -> None:
+        self.add(trace_id, _entry({"id": trace_id, "timestamps": [{"name": name, "ns": ns}]}))
+
+    activity = timestamp  # the JSON file does not tell a front end's from the core's
+
+    def model(self, trace: InferenceTrace, model: str, version: int, request_id: str) -> None:
+        header: dict[str, object] = {"id": trace.id, "model_name": model, "model_version": version}
+        if request_id:
+            header["request_id"] = request_id
+        if trace.parent_id:
+            header["parent_id"] = trace.parent_id
+        self.add(trace.id, _entry(header))
+
+    def tensor(self, trace_id: int, activity: str, tensor: Tensor) -> None:
+        entry = {"id": trace_id, "activity": activity, "tensor": tensor_json(tensor)}
+        self.add(trace_id, _entry(entry))
+
     def release(self) -> None:
         """Hand the entries to the setting (once): Triton does it when the request is freed.
 
@@ -89,7 +129,7 @@ class InferenceTrace:
 
     __slots__ = ("id", "parent_id", "record", "reported", "started_ns")
 
-    def __init__(self, record: TraceRecord, trace_id: int, parent_id: int = 0) -> None:
+    def __init__(self, record: TraceRecorder, trace_id: int, parent_id: int = 0) -> None:
         self.record = record
         self.id = trace_id
         self.parent_id = parent_id
@@ -118,8 +158,11 @@ class InferenceTrace:
     def capture(self, name: str, ns: int) -> None:
         """One timestamp (a front end's: HTTP_RECV_START, GRPC_SEND_END, ...)."""
         if self.timestamps:
-            entry = {"id": self.id, "timestamps": [{"name": name, "ns": ns}]}
-            self.record.add(self.id, _entry(entry))
+            self.record.timestamp(self.id, name, ns)
+
+    def _activity(self, name: str, ns: int) -> None:
+        if self.timestamps:
+            self.record.activity(self.id, name, ns)
 
     def report_request(
         self,
@@ -140,29 +183,20 @@ class InferenceTrace:
         ended_ns = time.monotonic_ns()
         self.reported = True
         if self.timestamps:
-            self.record.add(self.id, _entry(self._header(model, version, request_id)))
-            self.capture("REQUEST_START", self.started_ns)
-            self.capture("QUEUE_START", times.received)
+            self.record.model(self, model, version, request_id)
+            self._activity("REQUEST_START", self.started_ns)
+            self._activity("QUEUE_START", times.received)
         if self.tensors:
             self._report_tensors("TENSOR_QUEUE_INPUT", inputs)
             self._report_tensors("TENSOR_BACKEND_OUTPUT", outputs)
         if compute and times.started:
             for name, ns in _compute_timestamps(times):
-                self.capture(name, ns)
-        self.capture("REQUEST_END", ended_ns)
-
-    def _header(self, model: str, version: int, request_id: str) -> dict[str, object]:
-        header: dict[str, object] = {"id": self.id, "model_name": model, "model_version": version}
-        if request_id:
-            header["request_id"] = request_id
-        if self.parent_id:
-            header["parent_id"] = self.parent_id
-        return header
+                self._activity(name, ns)
+        self._activity("REQUEST_END", ended_ns)
 
     def _report_tensors(self, activity: str, tensors: Iterable[Tensor]) -> None:
         for tensor in tensors:
-            entry = {"id": self.id, "activity": activity, "tensor": tensor_json(tensor)}
-            self.record.add(self.id, _entry(entry))
+            self.record.tensor(self.id, activity, tensor)
 
     def release(self) -> None:
         self.record.release()
@@ -207,4 +241,11 @@ def _elements(datatype: str, flat: np.ndarray) -> Iterator[str]:
             yield str(value)
 
 
-__all__ = ["InferenceTrace", "TraceLevel", "TraceRecord", "TraceSink", "tensor_json"]
+__all__ = [
+    "InferenceTrace",
+    "TraceLevel",
+    "TraceRecord",
+    "TraceRecorder",
+    "TraceSink",
+    "tensor_json",
+]

@@ -10,12 +10,16 @@
 - Sampling (``TraceSetting.sample``): every ``rate``-th request of the setting is traced
   while ``count`` (-1: no limit) is not used up; ``count`` counts down, which is what a
   ``GET`` then shows. A setting is invalid (samples nothing) when tracing is off, the rate
-  is 0, the file name is empty, or the count is used up; an update may only make an invalid
-  setting when it turns tracing off ("Attempting to set invalid trace setting :<reason>").
-- Traces are kept in the setting and written (``TraceFile``) to ``<file>.<index>`` when
-  ``log_frequency`` of them are collected, or when the count is used up and every sampled
-  request was collected; otherwise when the setting is replaced or tracing stops, to
-  ``<file>`` itself (or an indexed file when ``log_frequency`` is set).
+  is 0, the file name is empty (``triton`` mode), or the count is used up; an update may only
+  make an invalid setting when it turns tracing off ("Attempting to set invalid trace setting
+  :<reason>"). In ``opentelemetry`` mode a request that propagates a valid W3C trace context
+  is traced whatever the rate and count say (``force``), while its setting's level is on.
+- ``triton`` mode: traces are kept in the setting and written (``TraceFile``) to
+  ``<file>.<index>`` when ``log_frequency`` of them are collected, or when the count is used
+  up and every sampled request was collected; otherwise when the setting is replaced or
+  tracing stops, to ``<file>`` itself (or an indexed file when ``log_frequency`` is set).
+- ``opentelemetry`` mode: each trace's spans are exported when it is released
+  (``trace_otel``); ``log_frequency`` is kept but unused, and there is no file.
 
 Everything here runs on the server's event loop (the front ends sample and release there).
 What real Triton was seen doing is in ``docs/triton-trace-facts.md``.
@@ -24,10 +28,12 @@ What real Triton was seen doing is in ``docs/triton-trace-facts.md``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from workbench.core.trace import InferenceTrace, TraceLevel, TraceRecord
 from workbench.core.trace_file import TraceFile
+from workbench.core.trace_otel import OPENTELEMETRY_MODE, SpanExport, SpanRecord
 from workbench.errors import InvalidArgumentError
 
 #: the fields a setting may specify (the file only at start-up: it cannot be updated)
@@ -47,6 +53,9 @@ class TraceOptions:
     log_frequency: int = 0
     file: str = ""
     mode: str = TRITON_MODE
+    #: the mode's own ``--trace-config <mode>,<setting>=<value>`` entries as the setting API
+    #: lists them (values as strings, in their order; ``file`` and ``log-frequency`` aside)
+    config: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ class TraceSetting:
     log_frequency: int
     file: TraceFile
     mode: str = TRITON_MODE
+    config: tuple[tuple[str, str], ...] = ()
     specified: frozenset[str] = frozenset()
     #: requests counted for the rate, traces collected, traces not written yet
     sampled: int = field(default=0, init=False)
@@ -94,16 +104,16 @@ class TraceSetting:
     def valid(self) -> bool:
         return not self.reason and self.count != 0
 
-    def sample(self) -> bool:
-        """Whether this request is traced (``TraceSetting::SampleTrace``)."""
-        if self.rate == 0 or not self.valid():
-            return False
+    def sample(self, force: bool = False) -> bool:
+        """Whether this request is traced (``TraceSetting::SampleTrace``); ``force``: it
+        propagates a trace context, so it is traced in any case (and still counted)."""
+        if self.rate == 0 or (not self.valid() and not force):
+            return force
         self.sampled += 1
-        if self.sampled % self.rate != 0:
-            return False
-        if self.count > 0:
+        hit = self.sampled % self.rate == 0 and self.count != 0
+        if hit and self.count > 0:
             self.count -= 1
-        return True
+        return hit or force
 
     def write_trace(self, text: str) -> None:
         """Keep one finished trace; write the batch when it is due."""
@@ -139,6 +149,7 @@ class TraceManager:
             options.log_frequency,
             self.file,
             options.mode,
+            options.config,
         )
         #: what a cleared global field returns to
         self._default = start
@@ -149,6 +160,8 @@ class TraceManager:
         self._ids = itertools.count(1)
         #: whether any setting traces: the one check a request pays while tracing is off
         self.enabled = bool(options.level)
+        #: opentelemetry mode: the exporter (the SDK is imported here, at start)
+        self._export = SpanExport(options.config) if options.mode == OPENTELEMETRY_MODE else None
 
     @property
     def mode(self) -> str:
@@ -158,12 +171,24 @@ class TraceManager:
         """The setting requests for ``model`` are sampled under ("" : the global one)."""
         return self._models.get(model, self._global) if model else self._global
 
-    def sample(self, model: str) -> InferenceTrace | None:
-        """A new trace for a request to ``model``, or None when it is not sampled."""
+    @property
+    def propagates(self) -> bool:
+        """Whether requests' trace context headers matter (opentelemetry mode): a front end
+        passes them to ``sample`` only then."""
+        return self._export is not None
+
+    def sample(self, model: str, carrier: Mapping[str, str] | None = None) -> InferenceTrace | None:
+        """A new trace for a request to ``model``, or None when it is not sampled.
+        ``carrier``: the request's headers (``traceparent``, ``tracestate``)."""
         setting = self._models.get(model, self._global)
-        if not setting.sample():
+        if self._export is None:
+            if not setting.sample():
+                return None
+            return TraceRecord(setting, setting.level, self._ids).new_trace()
+        context = self._export.extract(carrier) if carrier and setting.level else None
+        if not setting.sample(force=context is not None):
             return None
-        return TraceRecord(setting, setting.level, self._ids).new_trace()
+        return SpanRecord(self._export, setting.level, self._ids, context).new_trace()
 
     def update(self, model: str, new: NewSetting) -> None:
         """Apply ``new`` to ``model``'s setting ("": the global one, then to every model
@@ -199,7 +224,11 @@ class TraceManager:
                 return
             self._fallback.add(model)  # the file is never specified, so some field falls back
         setting = TraceSetting(
-            file=self.file, mode=fallback.mode, specified=frozenset(specified), **values
+            file=self.file,
+            mode=fallback.mode,
+            config=fallback.config,
+            specified=frozenset(specified),
+            **values,
         )
         if not setting.valid() and setting.level:
             raise InvalidArgumentError(f"Attempting to set invalid trace setting :{setting.reason}")
@@ -222,11 +251,14 @@ class TraceManager:
         for setting in (*self._models.values(), self._global):
             setting.retire()
         self.file.close()
+        if self._export is not None:
+            self._export.shutdown()  # the spans still queued are exported
 
 
 __all__ = [
     "FIELDS",
     "MIN_TRACE_COUNT",
+    "OPENTELEMETRY_MODE",
     "TRITON_MODE",
     "NewSetting",
     "TraceManager",

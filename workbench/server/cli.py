@@ -118,7 +118,9 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         default=[],
         metavar="[<mode>,]<setting>=<value>",
         help="tracing, e.g. triton,file=/tmp/trace.json level=TIMESTAMPS rate=1 count=100 "
-        "triton,log-frequency=50 (repeatable; mode triton only)",
+        "triton,log-frequency=50, or mode=opentelemetry opentelemetry,url=http://host:4318/"
+        "v1/traces opentelemetry,resource=key=value opentelemetry,bsp_schedule_delay=5000 "
+        "(repeatable; opentelemetry needs the 'trace' extra)",
     )
 
 

@@ -2,28 +2,44 @@
 
 ``--trace-config <setting>=<value>`` sets a global setting: ``level`` (OFF, TIMESTAMPS or
 TENSORS, case-insensitive, repeatable: the levels add up, and OFF anywhere turns tracing off),
-``rate``, ``count`` and ``mode``. ``--trace-config triton,<setting>=<value>`` sets one of the
-``triton`` mode: ``file`` and ``log-frequency``. Numbers are read as ``std::stoi`` reads them.
-Errors carry Triton's texts (``Bad option: "--trace-config rate". ...``).
+``rate``, ``count`` and ``mode``. ``--trace-config <mode>,<setting>=<value>`` sets one of a
+mode, read only when that mode is the server's: ``triton,file`` and ``triton,log-frequency``;
+``opentelemetry,url``, ``opentelemetry,resource=<key>=<value>`` (repeatable) and the batch
+span processor's ``bsp_max_queue_size``, ``bsp_schedule_delay`` (ms) and
+``bsp_max_export_batch_size``, which default to ``OTEL_BSP_MAX_QUEUE_SIZE``,
+``OTEL_BSP_SCHEDULE_DELAY``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` or 2048, 5000, 512.
+Numbers are read as ``std::stoi`` reads them (the ``bsp_*`` ones as ``std::stoul``, kept as
+``uint32``). Errors carry Triton's texts (``Bad option: "--trace-config rate". ...``).
 
-Only the ``triton`` mode (Triton's JSON trace file) is implemented: ``mode=opentelemetry`` is
-refused with a message that says so, rather than tracing nothing.
+The mode's entries (``file`` and ``log-frequency`` aside) are kept in ``TraceOptions.config``,
+in their order, then the ``bsp_*`` defaults not given: that is what the trace setting API
+lists after ``trace_mode``, as Triton's ``TraceConfigMap`` does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from workbench.core.trace import TraceLevel
-from workbench.core.trace_settings import TRITON_MODE, TraceOptions
-from workbench.errors import InvalidArgumentError, UnsupportedError
+from workbench.core.trace_settings import OPENTELEMETRY_MODE, TRITON_MODE, TraceOptions
+from workbench.errors import InvalidArgumentError
 
 log = logging.getLogger("workbench.server")
 
-_MODES = (TRITON_MODE, "opentelemetry")
+_MODES = (TRITON_MODE, OPENTELEMETRY_MODE)
+#: (setting, environment variable, default) in the order Triton lists the defaults not given
+_BSP_DEFAULTS = (
+    ("bsp_max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
+    ("bsp_schedule_delay", "OTEL_BSP_SCHEDULE_DELAY", "5000"),
+    ("bsp_max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE", "2048"),
+)
+_BSP_NAMES = tuple(name for name, _, _ in _BSP_DEFAULTS)
+#: a mode's settings that the trace setting API does not list
+_UNLISTED = ("file", "log-frequency")
 _FORMAT = "--trace-config option format is '<trace mode>,<setting>=<value>'. Got {}"
 _STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 _INT32 = 1 << 31
@@ -58,17 +74,16 @@ def parse_trace_config(flags: Sequence[str]) -> TraceOptions:
                 log.warning("--trace-config: unknown setting '%s' ignored", name)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f'Bad option: "--trace-config {name}".\n{exc}') from None
-    mode = values.pop("mode", TRITON_MODE)
-    if mode != TRITON_MODE:
-        raise UnsupportedError(
-            f"--trace-config mode={mode}: OpenTelemetry export is not implemented by the "
-            "workbench; use mode triton (the default), which writes Triton's JSON trace file"
-        )
-    _triton_settings(settings, values)
+    mode = values.setdefault("mode", TRITON_MODE)
+    if mode == OPENTELEMETRY_MODE:
+        values["config"] = _opentelemetry_settings(settings)
+    else:
+        _triton_settings(settings, values)
     return TraceOptions(level=TraceLevel.OFF if disabled else level, **values)
 
 
 def _triton_settings(settings: list[tuple[str, str, str]], values: dict[str, Any]) -> None:
+    config = []
     for mode, name, value in settings:
         if mode != TRITON_MODE:
             continue
@@ -78,11 +93,38 @@ def _triton_settings(settings: list[tuple[str, str, str]], values: dict[str, Any
             elif name == "log-frequency":
                 values["log_frequency"] = _int(value) % _UINT32
             else:
-                log.warning("--trace-config: unknown setting 'triton,%s' ignored", name)
+                config.append((name, value))
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(
                 f'Bad option: "--trace-config triton,{name}".\n{exc}'
             ) from None
+    values["config"] = tuple(config)
+
+
+def _opentelemetry_settings(settings: list[tuple[str, str, str]]) -> tuple[tuple[str, str], ...]:
+    """The opentelemetry mode's entries, ``bsp_*`` read as ``uint32``, then the defaults of
+    the ``bsp_*`` not given (Triton's ``ProcessOpenTelemetryBatchSpanProcessorArgs``)."""
+    config = []
+    for mode, name, value in settings:
+        if mode != OPENTELEMETRY_MODE or name in _UNLISTED:
+            continue
+        if name in _BSP_NAMES:
+            try:
+                value = str(_uint32(value))
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(
+                    f'Bad option: "--trace-config opentelemetry,{name}".\n{exc}'
+                ) from None
+        config.append((name, value))
+    given = {name for name, _ in config}
+    for name, variable, default in _BSP_DEFAULTS:
+        if name in given:
+            continue
+        try:
+            config.append((name, str(_uint32(os.environ.get(variable, default)))))
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f'Bad option: "{variable}".\n{exc}') from None
+    return tuple(config)
 
 
 def _split(flag: str) -> tuple[str, str, str]:
@@ -119,6 +161,17 @@ def _level(text: str) -> TraceLevel:
     if level is None:
         raise InvalidArgumentError(f"invalid value for trace level option: {text.lower()}")
     return level
+
+
+def _uint32(text: str) -> int:
+    """``std::stoul`` (a minus sign wraps around), stored as ``uint32``."""
+    match = _STOI.match(text)
+    if match is None:
+        raise InvalidArgumentError(f"Invalid option value. Got {text}")
+    value = int(match[1])
+    if abs(value) >= 1 << 64:
+        raise InvalidArgumentError(f"Provided option value is out of bound. Got {text}")
+    return value % _UINT32
 
 
 def _int(text: str) -> int:

@@ -43,7 +43,9 @@ def check_model(model: str, is_ready: Callable[[str], bool]) -> None:
 
 def setting_values(tracer: TraceManager, model: str = "") -> dict[str, list[str]]:
     """The setting ``model`` is traced under, each value a list of strings, in Triton's order
-    (``log_frequency`` and ``trace_file`` only in ``triton`` mode)."""
+    (``log_frequency`` and ``trace_file`` only in ``triton`` mode), then the mode's
+    ``--trace-config`` entries (``url``, ``resource``, ``bsp_*`` ...; a repeated one has
+    several values)."""
     setting = tracer.setting(model)
     values = {
         "trace_level": setting.level.names(),
@@ -54,14 +56,17 @@ def setting_values(tracer: TraceManager, model: str = "") -> dict[str, list[str]
         values["log_frequency"] = [str(setting.log_frequency)]
         values["trace_file"] = [setting.file.name]
     values["trace_mode"] = [setting.mode]
+    for name, value in setting.config:
+        values.setdefault(name, []).append(value)
     return values
 
 
 def http_answer(tracer: TraceManager, model: str = "") -> dict[str, Any]:
     """The JSON object of ``GET /v2[/models/<m>]/trace/setting``: the level a list, the rest
-    strings."""
+    strings. Triton repeats the key of a repeated entry (``"resource"`` twice); JSON readers
+    keep the last one, which is the one answered here."""
     return {
-        name: value if name == "trace_level" else value[0]
+        name: value if name == "trace_level" else value[-1]
         for name, value in setting_values(tracer, model).items()
     }
 

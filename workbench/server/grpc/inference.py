@@ -10,7 +10,7 @@ While tracing is on, a sampled call takes the same steps with its trace (``_trac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.grpc.service_pb2 import ModelInferRequest, ModelInferResponse
@@ -22,8 +22,8 @@ from workbench.errors import UnsupportedError
 from workbench.server.classification import classify_outputs
 from workbench.server.grpc.parameters import RequestParameters, model_version
 from workbench.server.grpc.request_codec import decode_request
-from workbench.server.grpc.response_codec import encode_response
-from workbench.server.grpc.tracing import GrpcTimestamps
+from workbench.server.grpc.response_codec import encode_response, serialize_response
+from workbench.server.grpc.tracing import GrpcTimestamps, metadata
 from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 
 
@@ -42,13 +42,30 @@ class PreparedRequest:
     def encode(self, response: InferResponse, core: ServingCore, limit: int) -> ModelInferResponse:
         """One response as its message, after the classification extension (and with the
         outputs asked for in shared memory written there)."""
+        filtered, in_regions = self._finish(response, core)
+        return encode_response(response, filtered, limit, in_regions)
+
+    def serialize(self, response: InferResponse, core: ServingCore, limit: int) -> bytes:
+        """``encode(...)``'s serialised bytes, each output's data copied once."""
+        filtered, in_regions = self._finish(response, core)
+        return serialize_response(response, filtered, limit, in_regions)
+
+    def _finish(
+        self, response: InferResponse, core: ServingCore
+    ) -> tuple[InferRequest | None, dict[str, memoryview]]:
+        """Write the outputs asked for in shared memory, classify: (the request to filter the
+        outputs by, or None, and the outputs written into regions)."""
         in_regions: dict[str, memoryview] = {}
         if self.request.shared_memory is not None:
             write_outputs(self.request.shared_memory, response)
             in_regions = self.request.shared_memory.outputs
         classify_outputs(core, self.request, response, self.config.max_batch_size > 0)
-        filtered = self.request if self.decoupled else None
-        return encode_response(response, filtered, limit, in_regions)
+        return (self.request if self.decoupled else None), in_regions
+
+    def input_bytes(self) -> int:
+        """Bytes of the request's input arrays (those of its raw contents, when it has some:
+        inputs come either all in the message or in shared memory or typed ``contents``)."""
+        return sum(tensor.array.nbytes for tensor in self.request.inputs.values())
 
     def release(self) -> None:
         """End the request's use of its shared-memory regions (once it has been answered)."""
@@ -72,8 +89,17 @@ def prepare(
     return PreparedRequest(request, parameters, config)
 
 
+class InferReply(NamedTuple):
+    """A ``ModelInfer`` answer: the serialised ``ModelInferResponse`` and how many bytes of
+    tensor data the request carried in its message."""
+
+    payload: bytes
+    received_bytes: int
+
+
 class InferHandler:
-    """Serves ``ModelInfer`` on one core."""
+    """Serves ``ModelInfer`` on one core; answers with the response's bytes (see
+    ``response_codec.serialize_response``), which the service's serializer passes on."""
 
     def __init__(
         self,
@@ -87,9 +113,10 @@ class InferHandler:
         self.regions = regions
         self.tracer = tracer if tracer is not None else TraceManager()
 
-    async def __call__(self, message: ModelInferRequest, context: Any = None) -> ModelInferResponse:
+    async def __call__(self, message: ModelInferRequest, context: Any = None) -> InferReply:
         if self.tracer.enabled:
-            trace = self.tracer.sample(message.model_name)
+            carrier = metadata(context) if self.tracer.propagates else None
+            trace = self.tracer.sample(message.model_name, carrier)
             if trace is not None:
                 return await self._traced(message, context, GrpcTimestamps(trace))
         version, config = model_config_of(self.core, message)
@@ -100,13 +127,14 @@ class InferHandler:
         prepared = prepare(message, version, config, self.regions)
         try:
             response = await self.core.infer(prepared.request)
-            return prepared.encode(response, self.core, self.limit)
+            payload = prepared.serialize(response, self.core, self.limit)
+            return InferReply(payload, _raw_bytes(message, prepared))
         finally:
             prepared.release()
 
     async def _traced(
         self, message: ModelInferRequest, context: Any, stamps: GrpcTimestamps
-    ) -> ModelInferResponse:
+    ) -> InferReply:
         """The same call, traced; the trace is written when the call is done, failed or not."""
         try:
             version, config = model_config_of(self.core, message)
@@ -118,22 +146,26 @@ class InferHandler:
             prepared.request.trace = stamps.trace
             stamps.trace.start()
             try:
-                response = await self._answer(prepared, stamps)
+                payload = await self._answer(prepared, stamps)
             finally:
                 prepared.release()
         finally:
             stamps.finish(context)
-        return response
+        return InferReply(payload, _raw_bytes(message, prepared))
 
-    async def _answer(
-        self, prepared: PreparedRequest, stamps: GrpcTimestamps
-    ) -> ModelInferResponse:
+    async def _answer(self, prepared: PreparedRequest, stamps: GrpcTimestamps) -> bytes:
         try:
             response = await self.core.infer(prepared.request)
         finally:
             if stamps.trace.reported:  # a model answered, with an error or not
                 stamps.stamp("INFER_RESPONSE_COMPLETE")
-        return prepared.encode(response, self.core, self.limit)
+        return prepared.serialize(response, self.core, self.limit)
 
 
-__all__ = ["InferHandler", "PreparedRequest", "model_config_of", "prepare"]
+def _raw_bytes(message: ModelInferRequest, prepared: PreparedRequest) -> int:
+    """How much tensor data came in the message itself (sized from the arrays: every read of
+    a protobuf ``bytes`` field copies it)."""
+    return prepared.input_bytes() if len(message.raw_input_contents) else 0
+
+
+__all__ = ["InferHandler", "InferReply", "PreparedRequest", "model_config_of", "prepare"]

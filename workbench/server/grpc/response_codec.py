@@ -6,11 +6,17 @@ responses), response parameters become ``InferParameter`` values, and a response
 the message limit is an ``INVALID_ARGUMENT`` error rather than a transport failure. An output
 written into shared memory keeps its entry and gets empty raw contents (Triton's allocator
 adds one for every output, ``ResponseAllocatorHelper`` in ``infer_handler.cc``).
+
+``serialize_response`` gives the same message's bytes with each output's data copied once:
+protobuf would copy a ``bytes`` value when it is set (``bytes(buffer)``, then into its own
+memory) and again when serialising. ``raw_output_contents`` is the message's last field (6), so
+the message without it, then each output's field written here, are the bytes protobuf writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from tritonclient.grpc.service_pb2 import InferParameter, ModelInferResponse
 
@@ -22,6 +28,8 @@ from workbench.server.tensor_bytes import tensor_buffer
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (``INT32_MAX``).
 MAX_MESSAGE_BYTES = 2**31 - 1
 FINAL_RESPONSE = "triton_final_response"
+#: ``raw_output_contents``: field 6, length-delimited
+_RAW_OUTPUT_TAG = b"\x32"
 
 
 def encode_response(
@@ -36,6 +44,36 @@ def encode_response(
     responses are not filtered by the core). ``in_regions``: the outputs already written into
     shared memory.
     """
+    message, buffers = _without_contents(response, request, in_regions)
+    for buffer in buffers:
+        message.raw_output_contents.append(bytes(buffer))
+    if sum(len(buffer) for buffer in buffers) > limit - (1 << 20):
+        _check_size(message.ByteSize(), limit)
+    return message
+
+
+def serialize_response(
+    response: InferResponse,
+    request: InferRequest | None = None,
+    limit: int = MAX_MESSAGE_BYTES,
+    in_regions: Collection[str] = (),
+) -> bytes:
+    """``encode_response(...).SerializeToString()``, each output's data copied once (into the
+    returned bytes)."""
+    message, buffers = _without_contents(response, request, in_regions)
+    parts: list[Any] = [message.SerializeToString()]
+    for buffer in buffers:
+        parts.append(_RAW_OUTPUT_TAG + _varint(len(buffer)))
+        parts.append(buffer)
+    _check_size(sum(len(part) for part in parts), limit)
+    return b"".join(parts)
+
+
+def _without_contents(
+    response: InferResponse, request: InferRequest | None, in_regions: Collection[str]
+) -> tuple[ModelInferResponse, list[Any]]:
+    """The message with its outputs listed but no ``raw_output_contents``, and the buffer each
+    output's contents would be (empty for an output already written into its region)."""
     message = ModelInferResponse(
         model_name=response.model_name,
         model_version=str(response.model_version),
@@ -44,24 +82,34 @@ def encode_response(
     for key, value in response.parameters.items():
         message.parameters[key].CopyFrom(to_infer_parameter(value))
     wanted = request.requested_outputs if request is not None else None
-    size = 0
+    buffers: list[Any] = []
     for tensor in response.outputs:
         if wanted is not None and tensor.name not in wanted:
             continue
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype)
         output.shape.extend(tensor.shape)
         if tensor.name in in_regions:
-            message.raw_output_contents.append(b"")  # already written into its region
-            continue
-        buffer = tensor_buffer(tensor.array, tensor.datatype)
-        size += len(buffer)
-        message.raw_output_contents.append(bytes(buffer))
-    if size > limit - (1 << 20) and message.ByteSize() > limit:
+            buffers.append(b"")  # already written into its region
+        else:
+            buffers.append(tensor_buffer(tensor.array, tensor.datatype))
+    return message, buffers
+
+
+def _check_size(size: int, limit: int) -> None:
+    if size > limit:
         raise InvalidArgumentError(
-            f"Response has byte size {message.ByteSize()} which exceeds gRPC's byte size limit "
-            f"{limit}."
+            f"Response has byte size {size} which exceeds gRPC's byte size limit {limit}."
         )
-    return message
+
+
+def _varint(value: int) -> bytes:
+    """``value`` as a protobuf base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def set_final(message: ModelInferResponse, final: bool) -> ModelInferResponse:
@@ -70,4 +118,10 @@ def set_final(message: ModelInferResponse, final: bool) -> ModelInferResponse:
     return message
 
 
-__all__ = ["FINAL_RESPONSE", "MAX_MESSAGE_BYTES", "encode_response", "set_final"]
+__all__ = [
+    "FINAL_RESPONSE",
+    "MAX_MESSAGE_BYTES",
+    "encode_response",
+    "serialize_response",
+    "set_final",
+]

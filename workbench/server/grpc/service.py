@@ -102,13 +102,15 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference -----------------------------------------------------------------------------
     @aborts_on_error
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Message:
-        response = await self._infer(request, context)
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> bytes:
+        # The serialised response (see ``unparsable.add_service``); the request's raw inputs
+        # are sized from their arrays: each read of a protobuf ``bytes`` field copies it.
+        reply = await self._infer(request, context)
         if self.compression is not None:
             context.set_compression(self.compression)
-        if sum(len(raw) for raw in request.raw_input_contents) >= TRIM_AFTER_BYTES:
+        if reply.received_bytes >= TRIM_AFTER_BYTES or len(reply.payload) >= TRIM_AFTER_BYTES:
             trim_after_reply()
-        return response
+        return reply.payload
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterable[pb.ModelInferRequest], context: Context

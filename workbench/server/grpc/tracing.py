@@ -6,7 +6,9 @@ Triton keeps these timestamps aside and writes them into the trace together once
 answered, so they follow the core's in its file; so do we. Its GRPC_WAITREAD_START is when its
 handler began waiting for a call, before the call arrived; ``grpc.aio`` hands us a call that has
 been read, so both WAITREAD timestamps are when the handler got it. GRPC_SEND_END is when the
-call is done (``context.add_done_callback``), where the trace is written out.
+call is done (``context.add_done_callback``), where the trace is written out. In opentelemetry
+mode the call's metadata goes to sampling (``metadata``), as Triton's ``GrpcServerCarrier``:
+a ``traceparent`` there is the parent of its spans.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ import time
 from typing import Any
 
 from workbench.core.trace import InferenceTrace
+
+
+def metadata(context: Any) -> dict[str, str]:
+    """A call's text metadata by (lower-case) key; empty without a call context."""
+    if context is None:
+        return {}
+    pairs = context.invocation_metadata() or ()
+    return {key.lower(): value for key, value in pairs if isinstance(value, str)}
 
 
 class GrpcTimestamps:
@@ -44,4 +54,4 @@ class GrpcTimestamps:
         self.trace.release()
 
 
-__all__ = ["GrpcTimestamps"]
+__all__ = ["GrpcTimestamps", "metadata"]

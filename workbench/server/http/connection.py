@@ -57,6 +57,9 @@ _CACHED_URL_BYTES = 512
 #: the headers the connection itself acts on
 _FRAMING_HEADERS = frozenset({b"content-length", b"expect"})
 _METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD")}
+#: a reply body under this size is joined to its head and written in one piece (one buffer
+#: costs the transport less); a bigger one is written after it as it is, uncopied
+_JOIN_BELOW = 64 * 1024
 
 
 class _HeadTooLarge(Exception):
@@ -396,11 +399,15 @@ class HttpConnection(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         head = reply_head(reply.status, reply.headers, keep_alive, len(reply.body))
-        if not head_only:
-            head += reply.body
         trace = reply.trace
         started = 0 if trace is None else time.monotonic_ns()
-        self.transport.write(head)
+        if head_only:
+            self.transport.write(head)
+        elif len(reply.body) < _JOIN_BELOW:
+            head += reply.body
+            self.transport.write(head)
+        else:  # the transport sends both without joining them (one copy of the body less)
+            self.transport.writelines((head, reply.body))
         if trace is not None:
             http_sent(trace, started)
 

@@ -4,7 +4,8 @@ HTTP_SEND_START/END, as ``HTTPAPIServer`` captures them in Triton 2.51 (``src/ht
 
 The connection reads the clock for HTTP_RECV_* only while tracing is on (``HttpConnection``),
 and a traced reply carries its trace to the connection, which writes the trace out once the
-reply is sent (Triton writes it when the request is freed, after its send).
+reply is sent (Triton writes it when the request is freed, after its send). In opentelemetry
+mode the request's headers go to sampling: a ``traceparent`` there is the parent of its spans.
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ from workbench.server.http.messages import HttpRequest
 
 def sample(tracer: TraceManager, model: str, req: HttpRequest) -> InferenceTrace | None:
     """A trace for this infer request when it is sampled, with its HTTP_RECV_* timestamps."""
-    trace = tracer.sample(model)
+    carrier = _headers(req) if tracer.propagates else None
+    trace = tracer.sample(model, carrier)
     if trace is not None and req.recv_end_ns:
         trace.capture("HTTP_RECV_START", req.recv_start_ns or req.recv_end_ns)
         trace.capture("HTTP_RECV_END", req.recv_end_ns)
     return trace
+
+
+def _headers(req: HttpRequest) -> dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in req.headers}
 
 
 def response_complete(trace: InferenceTrace) -> None:
