@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 from _harness import (
+    REPO_ROOT,
     TRITON,
     WORKBENCH,
     machine_info,
@@ -46,32 +47,16 @@ from _harness import (
 )
 from large_message_memory import peak_sampler, tree_rss
 
-from tests.integration.peers import TritonServerProcess, prepare
+from tests.integration.peers import TritonServerProcess, copy_repository, prepare
 
 MIB = 1 << 20
 PYTHON_MODEL = "identity_py"
 ONNX_MODEL = "identity_onnx"
 PROTOCOLS = ("http", "grpc")
 
-_PYTHON_CONFIG = """name: "identity_py"
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-_PYTHON_MODEL = """import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            out = pb_utils.Tensor("OUTPUT0", data)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
+#: the identity python model, shared with ``tests/server/test_large_tensor_copies.py``
+IDENTITY_REPO = REPO_ROOT / "tests" / "assets" / "large_tensor_repo"
+_PYTHON_CONFIG = (IDENTITY_REPO / PYTHON_MODEL / "config.pbtxt").read_text()
 _ONNX_CONFIG = _PYTHON_CONFIG.replace("identity_py", ONNX_MODEL).replace(
     '"python"', '"onnxruntime"'
 )
@@ -126,10 +111,7 @@ def onnx_identity() -> bytes | None:
 
 def write_repository(root: Path, onnx_model: bytes | None) -> Path:
     """``identity_py`` and, given its bytes, ``identity_onnx`` under ``root``."""
-    version = root / PYTHON_MODEL / "1"
-    version.mkdir(parents=True)
-    (version / "model.py").write_text(_PYTHON_MODEL)
-    (root / PYTHON_MODEL / "config.pbtxt").write_text(_PYTHON_CONFIG)
+    copy_repository(IDENTITY_REPO, root)
     if onnx_model is not None:
         version = root / ONNX_MODEL / "1"
         version.mkdir(parents=True)

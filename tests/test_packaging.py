@@ -130,3 +130,9 @@ def test_environment_yml_installs_what_pip_installs() -> None:
     for extra in Requirement(extras["all"][0]).extras:  # what ".[all]" installs
         installed += extras[extra]
     assert listed == _bounds(installed)
+
+
+def test_the_package_says_the_distribution_s_version() -> None:
+    from workbench import __version__
+
+    assert __version__ == PROJECT["version"]

@@ -97,14 +97,13 @@ def test_a_serving_server_runs_only_threads_the_module_started(tmp_path: Path) -
                     seen[thread.name] = threads.owns(thread)
     assert seen and all(seen.values()), seen
     # the kinds this scenario must have started: the loop, instance threads, a BLS pool,
-    # a decoupled stub's reader and the in-process model's own loop
+    # a decoupled stub's reader and the in-process model's own loop (the shared pools may
+    # have started their threads in an earlier test of this process)
     names = set(seen)
     assert "workbench-server" in names
     assert {"bls_caller_0_0", "repeat_0_0", "repeat_0-stub-reader"} <= names
     assert any(name.startswith("bls_caller_0-bls_") for name in names)
-    assert any(name.startswith("workbench-files_") for name in names)
     assert "bls_caller-asyncio" in names  # the in-process model's loop
-    assert any(name.startswith("workbench-bls_") for name in names)  # its async_exec calls
 
 
 def test_a_thread_started_elsewhere_is_not_owned() -> None:

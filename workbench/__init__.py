@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workbench._version import __version__
 from workbench.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -19,8 +20,6 @@ from workbench.errors import (
     UnsupportedError,
     WorkbenchError,
 )
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from workbench.bench import SweepResult

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from workbench import __version__
+from workbench._version import __version__
 from workbench.errors import WorkbenchError
 from workbench.export.cli import add_promote_parser
 from workbench.server.cli import add_serve_parser

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import _thread
 import math
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -198,10 +200,23 @@ def test_reading_a_running_sweep_waits_for_all_its_rows() -> None:
     assert running.best().settings == {"instance_count": 2, "max_batch_size": 8}
 
 
+@pytest.fixture
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler, whatever this process inherited: a shell that starts a job
+    in the background sets SIGINT to ignored for it, and then ``interrupt_main`` does nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint_handler")
 def test_an_interrupted_wait_stops_the_sweep_and_keeps_its_rows() -> None:
     running = _running(planned=4)
     runner = _runner(running, ROWS[:1], until_stopped=True)
-    time.sleep(0.1)  # the first row is in; then Jupyter's stop button is pressed
+    deadline = time.monotonic() + 30
+    while len(running.rows) < 1:  # the first row is in; then Jupyter's stop button is pressed
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     threading.Timer(0.05, _thread.interrupt_main).start()
     with pytest.raises(SweepInterrupted, match=r"stopped by the interrupt; 1 of 4 measurements"):
         running.wait()

@@ -335,6 +335,13 @@ def copy_repository(source: Path, destination: Path) -> Path:
     return destination
 
 
+def gather_models(models: dict[str, Path], destination: Path) -> Path:
+    """A repository of the named models, each copied (without bytecode) from its repository."""
+    for name, source in models.items():
+        copy_repository(source / name, destination / name)
+    return destination
+
+
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

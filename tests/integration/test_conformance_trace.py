@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +37,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess
+from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, gather_models
 from workbench.bench.trace import read_trace_file, trace_files, trace_rows
-from workbench.notebook.trace_view import TraceReport
+from workbench.bench.trace_report import TraceReport
 from workbench.server.hosting import Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.conformance]
@@ -77,13 +76,6 @@ class Pair:
         ]
 
 
-def _repository(target: Path) -> Path:
-    for name, source in MODELS.items():
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        shutil.copytree(source / name, target / name, ignore=ignore)
-    return target
-
-
 @contextmanager
 def _pair(peers: Peers, workdir: Path, flags: list[str]) -> Iterator[Pair]:
     """Both servers, each with ``--trace-config triton,file=<workdir>/<side>/trace/trace.json``
@@ -94,7 +86,7 @@ def _pair(peers: Peers, workdir: Path, flags: list[str]) -> Iterator[Pair]:
         files[side] = workdir / side / "trace" / "trace.json"
     real = TritonServerProcess(
         peers,
-        _repository(workdir / "real" / "repo"),
+        gather_models(MODELS, workdir / "real" / "repo"),
         log_path=workdir / "tritonserver.log",
         extra_args=[
             arg
@@ -103,7 +95,7 @@ def _pair(peers: Peers, workdir: Path, flags: list[str]) -> Iterator[Pair]:
         ],
     )
     ours = Server(
-        _repository(workdir / "ours" / "repo"),
+        gather_models(MODELS, workdir / "ours" / "repo"),
         http_port=0,
         grpc_port=0,
         metrics_port=0,

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -33,7 +31,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess
+from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, gather_models
 from tests.server.otlp_receiver import OtlpReceiver, ReceivedSpan, roots, tree
 from workbench.server.hosting import Server
 
@@ -63,12 +61,6 @@ def _flags(url: str) -> list[str]:
         "level=TIMESTAMPS",
         "rate=1",
     ]
-
-
-def _repository(target: Path) -> Path:
-    for name, source in MODELS.items():
-        shutil.copytree(source / name, target / name, ignore=shutil.ignore_patterns("__py*"))
-    return target
 
 
 def _http(port: int, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
@@ -185,12 +177,12 @@ def sides(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[li
         receivers = [stack.enter_context(OtlpReceiver()) for _ in range(2)]
         real = TritonServerProcess(
             peers,
-            _repository(workdir / "real"),
+            gather_models(MODELS, workdir / "real"),
             log_path=workdir / "tritonserver.log",
             extra_args=[a for f in _flags(receivers[0].url) for a in ("--trace-config", f)],
         )
         ours = Server(
-            _repository(workdir / "ours"),
+            gather_models(MODELS, workdir / "ours"),
             http_port=0,
             grpc_port=0,
             metrics_port=0,

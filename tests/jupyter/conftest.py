@@ -23,8 +23,8 @@ pytest.importorskip("pytest_jupyter")
 from pytest_jupyter.jupyter_server import *  # noqa: E402, F403
 
 from tests.core.conftest import write_add_model  # noqa: E402
-from workbench.jupyter import discovery  # noqa: E402
 from workbench.jupyter.host import ServerHost  # noqa: E402
+from workbench.notebook import discovery  # noqa: E402
 
 ECHO_CONFIG = """
 name: "echo"

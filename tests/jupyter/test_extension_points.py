@@ -36,7 +36,7 @@ def test_jupyter_lists_the_extension_enabled_and_valid() -> None:
 
 def test_importing_workbench_imports_no_jupyter_server() -> None:
     code = (
-        "import sys, workbench, workbench.jupyter, workbench.jupyter.discovery;"
+        "import sys, workbench, workbench.jupyter, workbench.notebook.discovery;"
         "points = workbench.__dict__['_jupyter_server_extension_points'];"
         "print(sorted(m for m in ('jupyter_server', 'tornado') if m in sys.modules))"
     )

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.jupyter.conftest import wait_for
-from workbench.jupyter import discovery
 from workbench.jupyter.host import ServerHost
+from workbench.notebook import discovery
 
 pytestmark = pytest.mark.integration
 

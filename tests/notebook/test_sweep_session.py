@@ -54,3 +54,20 @@ def test_bad_requests_fail_in_the_callers_cell(bench: Workbench) -> None:
         bench.sweep("linear", concurrency=1, protocol="udp")
     with pytest.raises(NotFoundError):
         bench.sweep("no_such_model")
+
+
+def test_a_sweep_with_trace_requests_reports_where_time_goes_at_each_point(
+    bench: Workbench, new_model: Callable[[], str]
+) -> None:
+    name = new_model()
+    result = bench.sweep(
+        name, max_batch_size=[4, 8], concurrency=1, duration_s=0.2, warmup_s=0.05, trace_requests=3
+    )
+    assert list(result.traces) == list(dict.fromkeys(result.df["config"]))
+    report = result.trace(1)  # by index, or by its config label
+    assert report.title.startswith(f"{name} (max_batch_size=8)")
+    assert sorted(report.traces["request_id"]) == ["trace-0", "trace-1", "trace-2"]
+    assert {"queue", "compute_infer"} <= set(report.spans["span"])
+    assert len(result.trace("max_batch_size=4").traces) == 3
+    with pytest.raises(InvalidArgumentError, match="point must be 0 to 1"):
+        result.trace(2)

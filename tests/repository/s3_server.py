@@ -7,12 +7,13 @@ also turns off botocore's instance-metadata lookups and the user's ``~/.aws`` fi
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.repository.object_store import ADD_ONE, ObjectStore
 
 #: fake keys (moto accepts any) and a region, as a user's environment would hold them
 CREDENTIALS = {
@@ -32,14 +33,17 @@ _CLEARED = (
 )
 
 
-class S3Server:
+class S3Server(ObjectStore):
     """moto's S3 on loopback, with helpers to fill buckets through boto3."""
+
+    scheme = "s3"
 
     def __init__(self) -> None:
         moto_server = pytest.importorskip("moto.server", reason="the test extra is not installed")
         self._server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.host = ""
         self.port = 0
+        self._client: Any = None
 
     def start(self) -> S3Server:
         self._server.start()
@@ -58,28 +62,19 @@ class S3Server:
         return f"s3://{self.host}:{self.port}/{bucket}/{prefix}".rstrip("/")
 
     def client(self) -> Any:
-        boto3 = pytest.importorskip("boto3")
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        )
+        if self._client is None:
+            boto3 = pytest.importorskip("boto3")
+            self._client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+                aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            )
+        return self._client
 
-    def new_bucket(self) -> str:
-        """A fresh, empty bucket (one per test keeps tests independent)."""
-        name = f"repo-{uuid.uuid4().hex[:12]}"
+    def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
-        return name
-
-    def upload(self, folder: Path, bucket: str, prefix: str) -> None:
-        """Every file under ``folder`` to ``bucket`` under ``prefix/`` (relative keys)."""
-        client = self.client()
-        for path in sorted(folder.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                key = f"{prefix}/{path.relative_to(folder).as_posix()}"
-                client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
 
     def put(self, bucket: str, key: str, body: bytes) -> None:
         self.client().put_object(Bucket=bucket, Key=key, Body=body)
@@ -91,6 +86,14 @@ class S3Server:
         keys = [{"Key": item["Key"]} for item in listed.get("Contents", [])]
         if keys:
             client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+
+    def isolate(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        isolate_aws_environment(monkeypatch, tmp_path)
+
+    def refuse_credentials(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        return "Unable to locate credentials"
 
 
 def isolate_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -112,10 +115,6 @@ def running_s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
-
-
-#: the conformance repository's add-one model, which the remote-repository tests upload
-ADD_ONE = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo" / "add_one"
 
 
 @pytest.fixture(scope="module")

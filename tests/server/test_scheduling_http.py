@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.server.http_calls import concurrently, infer, output
 from workbench.server.hosting import Server
 
 PROBE = """
+import os
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -32,7 +34,16 @@ class TritonPythonModel:
         started = time.monotonic()
         arrays = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
         rows = sum(a.shape[0] for a in arrays) if self.batching else len(arrays)
-        time.sleep(float(max(a.max() for a in arrays)))
+        longest = float(max(a.max() for a in arrays))
+        if longest >= GATED:  # hold the instance until the test opens the gate
+            open(os.path.join(GATE_FOLDER, "started"), "w").close()
+            deadline = started + 60
+            while not os.path.exists(os.path.join(GATE_FOLDER, "open")):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+        else:
+            time.sleep(longest)
         responses = []
         for array in arrays:
             lead = (array.shape[0],) if self.batching else ()
@@ -94,6 +105,43 @@ instance_group [{{ count: {count} kind: KIND_CPU {group_extra} }}]
 """
 
 
+#: an INPUT0 value from which ``PROBE`` holds its instance until the test opens the gate
+GATED = 100.0
+
+
+class Gate:
+    """The folder a ``PROBE`` execution given ``GATED`` holds its instance on: it says
+    ``started`` there, and returns once the test opens the gate (a minute at most)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(exist_ok=True)
+
+    def wait_started(self) -> None:
+        wait_for(lambda: (self.folder / "started").exists(), "the gated execution to start")
+
+    def open(self) -> None:
+        (self.folder / "open").touch()
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` (bounded): the order of events, whatever the machine's speed."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.01)
+
+
+def pending(server: Server, model: str) -> int:
+    """Requests of ``model`` waiting in its queue now (Triton's pending-request gauge)."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("nv_inference_pending_request_count{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 def write_probe(
     root: Path,
     name: str,
@@ -104,9 +152,13 @@ def write_probe(
     group_extra: str = "",
     meet: Path | None = None,
 ) -> None:
-    """The probe model; with ``meet`` (a folder), the meeting probe (``max_batch_size: 0``)."""
+    """The probe model; with ``meet`` (a folder), the meeting probe (``max_batch_size: 0``).
+    Its gate is ``root / "gate"`` (``Gate``)."""
     (root / name / "1").mkdir(parents=True)
-    source = PROBE if meet is None else MEETING_PROBE.replace("MEET_FOLDER", repr(str(meet)))
+    gate = repr(str(root / "gate"))
+    source = PROBE.replace("GATE_FOLDER", gate).replace("GATED", repr(GATED))
+    if meet is not None:
+        source = MEETING_PROBE.replace("MEET_FOLDER", repr(str(meet)))
     (root / name / "1" / "model.py").write_text(source)
     (root / name / "config.pbtxt").write_text(
         CONFIG.format(
@@ -134,6 +186,8 @@ def serve(tmp_path: Path) -> Iterator[Any]:
         ).start()
         servers.append(server)
         return server.url
+
+    start.servers = servers
 
     (tmp_path / "repo").mkdir()
     yield start
@@ -216,53 +270,59 @@ def test_a_full_queue_rejects_at_once(repo: Path, serve: Any) -> None:
     assert status == 200  # the server and the model stay up
 
 
-def test_a_request_timeout_rejects_a_queued_request(repo: Path, serve: Any) -> None:
-    write_probe(
-        repo,
-        "timed",
-        max_batch_size=1,
-        extra="dynamic_batching { default_queue_policy { allow_timeout_override: true "
-        "default_timeout_microseconds: 10000000 } }",
-    )
+def _gated(repo: Path, serve: Any, name: str, extra: str) -> tuple[str, Server, Gate]:
+    write_probe(repo, name, max_batch_size=1, extra=extra)
     url = serve()
-    calls = [
-        lambda: infer(url, "timed", 0.4),
-        lambda: (time.sleep(0.1), infer(url, "timed", 0.0, {"timeout": 50_000}))[1],
-        lambda: (time.sleep(0.1), infer(url, "timed", 0.0))[1],
-    ]
-    slow, short, patient = concurrently(calls)
-    assert slow[0] == 200 and patient[0] == 200
-    assert short == (503, {"error": "Request timeout expired"})
+    return url, serve.servers[-1], Gate(repo / "gate")
+
+
+def test_a_request_timeout_rejects_a_queued_request(repo: Path, serve: Any) -> None:
+    policy = "allow_timeout_override: true default_timeout_microseconds: 10000000"
+    extra = f"dynamic_batching {{ default_queue_policy {{ {policy} }} }}"
+    url, server, gate = _gated(repo, serve, "timed", extra)
+    with ThreadPoolExecutor(3) as pool:
+        blocker = pool.submit(infer, url, "timed", GATED)
+        gate.wait_started()  # the one instance is busy from here until the gate opens
+        short = pool.submit(infer, url, "timed", 0.0, {"timeout": 50_000})
+        wait_for(lambda: pending(server, "timed") == 1, "the short request to queue")
+        time.sleep(0.2)  # a lower bound: its 50 ms run out in the queue
+        patient = pool.submit(infer, url, "timed", 0.0)  # the default 10 s are plenty
+        wait_for(lambda: pending(server, "timed") == 2, "the patient request to queue")
+        gate.open()
+        assert blocker.result()[0] == 200 and patient.result()[0] == 200
+        assert short.result() == (503, {"error": "Request timeout expired"})
 
 
 def test_a_default_timeout_with_delay_action_keeps_the_request(repo: Path, serve: Any) -> None:
     policy = "default_queue_policy { default_timeout_microseconds: 50000 timeout_action: DELAY }"
-    write_probe(repo, "delaying", max_batch_size=1, extra=f"dynamic_batching {{ {policy} }}")
-    url = serve()
-    calls = [
-        lambda: infer(url, "delaying", 0.3),
-        lambda: (time.sleep(0.1), infer(url, "delaying", 0.0))[1],
-    ]
-    results = concurrently(calls)
-    assert [status for status, _ in results] == [200, 200]
+    url, server, gate = _gated(repo, serve, "delaying", f"dynamic_batching {{ {policy} }}")
+    with ThreadPoolExecutor(2) as pool:
+        blocker = pool.submit(infer, url, "delaying", GATED)
+        gate.wait_started()
+        delayed = pool.submit(infer, url, "delaying", 0.0)
+        wait_for(lambda: pending(server, "delaying") == 1, "the request to queue")
+        time.sleep(0.2)  # a lower bound: its 50 ms timeout has passed in the queue
+        gate.open()
+        assert [blocker.result()[0], delayed.result()[0]] == [200, 200]
 
 
 def test_higher_priority_requests_are_served_first(repo: Path, serve: Any) -> None:
     levels = "priority_levels: 2 default_priority_level: 2"
-    write_probe(repo, "ranked", max_batch_size=1, extra=f"dynamic_batching {{ {levels} }}")
-    url = serve()
-
-    def later(priority: int) -> Any:
-        time.sleep(0.15)
-        return infer(url, "ranked", 0.05, {"priority": priority})
-
-    blocker = [lambda: infer(url, "ranked", 0.4)]
-    low = [lambda: later(2)] * 3
-    high = [lambda: (time.sleep(0.05), later(1))[1]]
-    results = concurrently(blocker + low + high)
+    url, server, gate = _gated(repo, serve, "ranked", f"dynamic_batching {{ {levels} }}")
+    with ThreadPoolExecutor(5) as pool:
+        blocker = pool.submit(infer, url, "ranked", GATED)
+        gate.wait_started()
+        low = []
+        for queued in range(1, 4):  # three at the default (low) level, in order
+            low.append(pool.submit(infer, url, "ranked", 0.0, {"priority": 2}))
+            wait_for(lambda n=queued: pending(server, "ranked") == n, f"{queued} queued")
+        high = pool.submit(infer, url, "ranked", 0.0, {"priority": 1})  # queued last
+        wait_for(lambda: pending(server, "ranked") == 4, "the high-priority request to queue")
+        gate.open()
+        results = [blocker.result(), *(f.result() for f in low), high.result()]
     assert all(status == 200 for status, _ in results), results
     started = [output(body, "STARTED") for _, body in results]
-    assert started[4] < min(started[1:4]), started
+    assert started[4] < min(started[1:4]), started  # the last to come is served first
 
 
 def test_an_out_of_range_priority_uses_the_default_level(repo: Path, serve: Any) -> None:
@@ -287,21 +347,16 @@ def test_preserve_ordering_returns_responses_in_request_order(repo: Path, serve:
         extra="dynamic_batching { preserve_ordering: true }",
     )
     url = serve()
-
-    def call(index: int, sleep_s: float) -> tuple[float, float]:
-        time.sleep(index * 0.2)  # generous: thread start-up is slow on a loaded machine
-        sent = time.monotonic()
-        status, body = infer(url, "ordered", sleep_s)
-        assert status == 200, body
-        return sent, time.monotonic()
-
-    (sent0, done0), (sent1, done1) = concurrently([lambda: call(0, 0.8), lambda: call(1, 0.0)])
-    assert sent0 < sent1
-    # The second request ran at once on the other instance, but its response was held back
-    # until the first one's was sent (both are released in the same loop turn, so the client
-    # threads may wake in either order: compare with a margin, not by who appended first).
-    assert done1 - sent1 >= 0.5, f"the second response was not held back ({done1 - sent1:.3f}s)"
-    assert done1 >= done0 - 0.05
+    gate = Gate(repo / "gate")
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(infer, url, "ordered", GATED)
+        gate.wait_started()  # the first holds one instance
+        second = pool.submit(infer, url, "ordered", 0.0)  # runs at once on the other
+        wait_for(lambda: stats(url, "ordered")["execution_count"] == 1, "the second to run")
+        time.sleep(0.3)  # a lower bound: an answer not held back would be out by now
+        assert not second.done(), "the second response was not held back"
+        gate.open()
+        assert first.result()[0] == 200 and second.result()[0] == 200
 
 
 def test_two_instances_run_two_executions_at_once(repo: Path, serve: Any, tmp_path: Path) -> None:

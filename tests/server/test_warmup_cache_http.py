@@ -30,6 +30,7 @@ instance_group [{{ count: {count} kind: KIND_CPU }}]
 """
 
 MODEL = """
+import os
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -37,6 +38,7 @@ import triton_python_backend_utils as pb_utils
 LOG = {log!r}
 SLEEP = {sleep}
 FAIL = {fail}
+GATE = {gate!r}
 
 
 class TritonPythonModel:
@@ -49,6 +51,9 @@ class TritonPythonModel:
         if FAIL:
             raise ValueError("warmup boom")
         time.sleep(SLEEP)
+        deadline = time.monotonic() + 60
+        while GATE and not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.01)  # held until the test opens the gate
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
@@ -73,13 +78,15 @@ def write_model(
     extra: str = "",
     sleep: float = 0.0,
     fail: bool = False,
+    gate: Path | None = None,
 ) -> Path:
-    """A python model adding one to FP32[4]; returns the path of its execution log."""
+    """A python model adding one to FP32[4]; returns the path of its execution log. With
+    ``gate``, each execution waits (a minute at most) until that file exists."""
     log = repo.parent / f"{name}.log"
     model = repo / name
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(CONFIG.format(name=name, count=count, extra=extra))
-    source = MODEL.format(log=str(log), sleep=sleep, fail=fail)
+    source = MODEL.format(log=str(log), sleep=sleep, fail=fail, gate=gate and str(gate))
     (model / "1" / "model.py").write_text(textwrap.dedent(source))
     return log
 
@@ -118,7 +125,8 @@ def repo(tmp_path: Path) -> Path:
 # -- warmup ------------------------------------------------------------------------------------
 def test_model_is_not_ready_until_its_warmup_finishes(repo: Path) -> None:
     warmup = WARMUP.format(sample="slow", batch_size=1, count=1)
-    log = write_model(repo, "slow", extra=warmup, sleep=0.5)
+    gate = repo.parent / "open"
+    log = write_model(repo, "slow", extra=warmup, gate=gate)
     with Server(
         repo, http_port=0, grpc_port=0, metrics_port=0, model_control_mode="explicit"
     ) as server:
@@ -128,20 +136,17 @@ def test_model_is_not_ready_until_its_warmup_finishes(repo: Path) -> None:
                 requests.post(f"{server.url}/v2/repository/models/slow/load", timeout=60)
             )
         )
-        started = time.monotonic()
         loader.start()
-        seen: list[tuple[float, int, str]] = []
-        while loader.is_alive() and time.monotonic() - started < 60:
-            ready = requests.get(f"{server.url}/v2/models/slow/ready", timeout=10)
-            state = index_entry(server, "slow").get("state", "")
-            seen.append((time.monotonic() - started, ready.status_code, state))
-            time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while executions(log) != ["slow_0_0 1"]:  # the warmup runs, held at the gate
+            assert loader.is_alive() and time.monotonic() < deadline, (replies, executions(log))
+            time.sleep(0.01)
+        ready = requests.get(f"{server.url}/v2/models/slow/ready", timeout=10)
+        assert ready.status_code == 400  # not ready while its warmup runs
+        assert index_entry(server, "slow").get("state") == "LOADING"
+        gate.touch()
         loader.join(60)
         assert replies and replies[0].status_code == 200, replies
-        assert time.monotonic() - started >= 0.5
-        early = [(code, state) for at, code, state in seen if at < 0.5]
-        assert early and all(code == 400 for code, _ in early), seen
-        assert "LOADING" in {state for _, state in early}, seen
         assert requests.get(f"{server.url}/v2/models/slow/ready", timeout=10).status_code == 200
         assert executions(log) == ["slow_0_0 1"]
 

@@ -28,6 +28,7 @@ from workbench._types import StrPath
 from workbench.bench.figure import latency_figure
 from workbench.bench.plan import CONFIG_AXES, apply_settings
 from workbench.bench.selection import select_best
+from workbench.bench.trace_report import TraceReport
 from workbench.config import parse_pbtxt, to_pbtxt
 from workbench.errors import InvalidArgumentError, MissingDependencyError, UnavailableError
 
@@ -112,6 +113,8 @@ class SweepResult:
         self.bench = bench
         #: why the sweep ended early, when it could not go on (``wait`` raises it)
         self.error: BaseException | None = None
+        #: trace entries by configuration (``config`` column), with ``trace_requests=``
+        self.traces: dict[str, list[dict[str, Any]]] = {}
         self._finished = threading.Event()
         self._stop = threading.Event()
         self._on_finish: list[Callable[[SweepResult], None]] = []
@@ -218,6 +221,26 @@ class SweepResult:
         """Latency-vs-throughput curves, one per configuration (a plotly ``Figure``), once the
         sweep has ended."""
         return latency_figure(self._finished_rows())
+
+    def trace(self, point: int | str = 0) -> TraceReport:
+        """The requests traced at one configuration (a sweep run with ``trace_requests=N``):
+        a ``TraceReport`` as ``Workbench.trace`` returns, showing where time goes there.
+        ``point``: its index in sweep order, or its ``config`` label."""
+        self.wait()
+        if not self.traces:
+            raise InvalidArgumentError(
+                "this sweep traced no requests: sweep(..., trace_requests=N)"
+            )
+        labels = list(self.traces)
+        if isinstance(point, int) and not 0 <= point < len(labels):
+            raise InvalidArgumentError(f"point must be 0 to {len(labels) - 1}, got {point}")
+        label = labels[point] if isinstance(point, int) else point
+        if label not in self.traces:
+            raise InvalidArgumentError(f"no traces for '{label}'; traced: {labels}")
+        requests = self.options.get("trace_requests", "")
+        return TraceReport(
+            self.traces[label], title=f"{self.model} ({label}): {requests} traced requests"
+        )
 
     # -- the best configuration --------------------------------------------------------------------
     def best(

@@ -28,6 +28,7 @@ from workbench.bench.reconfigure import Reconfiguration, reconfiguration
 from workbench.bench.result import SweepResult
 from workbench.bench.server_stats import PHASES, StatsSnapshot
 from workbench.bench.synthetic_inputs import synthesize_inputs
+from workbench.bench.trace_session import record_trace
 from workbench.config import ModelConfig, validate
 from workbench.errors import InvalidArgumentError, WorkbenchError
 
@@ -48,6 +49,8 @@ class SweepSpec:
     shapes: Mapping[str, Sequence[int]] | None = None
     #: the config settings swept (those given values), in the order given
     axes: Sequence[str] = ()
+    #: requests traced at each point (``SweepResult.trace``), 0: none
+    trace_requests: int = 0
 
     @classmethod
     def plan(
@@ -62,10 +65,13 @@ class SweepSpec:
         protocol: str = "http",
         inputs: Mapping[str, Any] | None = None,
         shapes: Mapping[str, Sequence[int]] | None = None,
+        trace_requests: int = 0,
     ) -> SweepSpec:
         """Every combination of ``settings`` (see ``plan_points``) at every ``concurrency``
         level, ``duration_s`` each after ``warmup_s`` per config (default: half the duration,
-        at most 1 s)."""
+        at most 1 s); ``trace_requests`` traced requests per config after its warm-up."""
+        if trace_requests < 0:
+            raise InvalidArgumentError(f"trace_requests must be 0 or more, got {trace_requests}")
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         if duration_s <= 0:
@@ -82,6 +88,7 @@ class SweepSpec:
             inputs,
             shapes,
             tuple(name for name, values in settings.items() if values is not None),
+            trace_requests,
         )
 
     @property
@@ -93,6 +100,7 @@ class SweepSpec:
             "warmup_s": self.warmup_s,
             "concurrency": list(self.concurrency),
             "measurements": self.measurements,  # what a complete result holds
+            "trace_requests": self.trace_requests,
         }
 
     @property
@@ -179,6 +187,8 @@ class SweepRunner:
                 await self._reconfigure(control, point, changes)
             plan = await self._plan(control, target)
             await self.load.run(plan, max(self.spec.concurrency), self.spec.warmup_s, stop)
+            if self.spec.trace_requests:
+                self._trace(point, target)
         except InvalidArgumentError:
             raise  # a usage error (inputs cannot be made) is the same for every point
         except Exception as exc:  # the point fails, the sweep goes on
@@ -225,6 +235,19 @@ class SweepRunner:
         return LoadPlan(
             self.spec.protocol, url, target, arrays, datatypes, outputs, "", connections
         )
+
+    def _trace(self, point: SweepPoint, target: str) -> None:
+        """Trace requests at this point through the trace extension, one at a time, before
+        its measured levels (so they are not in its rows). The call blocks this runner's
+        loop, which has nothing else to do meanwhile (the load runs in its own process)."""
+        recording = record_trace(
+            self.endpoints.http,
+            target,
+            self.spec.trace_requests,
+            inputs=self.spec.inputs,
+            shapes=self.spec.shapes,
+        )
+        self.result.traces[point.label] = recording.entries
 
     def _record(self, row: dict[str, Any]) -> None:
         self.result.rows.append(row)

@@ -142,10 +142,21 @@ def trace_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if key in entry:
                 row[key] = entry[key]
         for stamp in entry.get("timestamps", ()):
-            row[str(stamp["name"])] = int(stamp["ns"])
+            _keep(row, str(stamp["name"]), int(stamp["ns"]))
     for row in rows.values():
         row["protocol"] = _protocol(row)
     return sorted(rows.values(), key=lambda row: row["id"])
+
+
+def _keep(row: dict[str, Any], name: str, ns: int) -> None:
+    """One timestamp into its trace's row. A stream repeats some per response (GRPC_SEND_*,
+    INFER_RESPONSE_COMPLETE): a row keeps the first start and the last end, so that its span
+    covers them all. Triton writes a generate reply's HTTP_SEND_* as 0: those are left out."""
+    if ns == 0 and name.startswith("HTTP_SEND"):
+        return
+    if name in row:
+        ns = max(ns, row[name]) if name.endswith(("_END", "_COMPLETE")) else min(ns, row[name])
+    row[name] = ns
 
 
 def _protocol(row: Mapping[str, Any]) -> str:

@@ -129,7 +129,10 @@ class BackendModel:
             lookup = self._cache.lookup_request(self.name, self.version, request)
             if lookup.outputs is not None:
                 self.stats.record_cache_hit(times, lookup.started_ns, lookup.lookup_ns)
-                return self._response(request, ExecResult(outputs=lookup.outputs))
+                hit = ExecResult(outputs=lookup.outputs)
+                if request.trace is not None:  # Triton: no COMPUTE_* for a cache hit
+                    self._report_trace(request, times, hit)
+                return self._response(request, hit)
         result = await self._schedule(request, rows, times)
         if request.trace is not None:  # the one check tracing adds to an untraced request
             self._report_trace(request, times, result)
@@ -210,6 +213,8 @@ class BackendModel:
                 await asyncio.wait([runner])
                 if times.pending:
                     self.stats.leave_queue(times)
+                if request.trace is not None:  # once its last response came (or its error)
+                    self._report_trace(request, times)
 
     async def _submit_streaming(self, pending: Pending, stream: _ResponseStream) -> None:
         """Run a decoupled request; an error of the execution itself ends its stream."""

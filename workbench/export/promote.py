@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench._types import StrPath
+from workbench._version import __version__
 from workbench.config import backend_name, read_config
 from workbench.errors import InternalError, InvalidArgumentError
 from workbench.export.destination import (
@@ -270,14 +271,12 @@ def _finish(
     deploy_dir: StrPath | None,
     dest: StrPath,
 ) -> None:
-    import workbench
-
     manifest = build_manifest(
         read_manifest(destination),
         staged.entries,
         source=report.source,
         created=report.created,
-        workbench_version=workbench.__version__,
+        workbench_version=__version__,
         triton={
             "schema_version": TRITON_VERSION,
             "image": f"nvcr.io/nvidia/tritonserver:{NGC_TAG}-py3",

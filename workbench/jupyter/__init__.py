@@ -31,7 +31,7 @@ standard input is a pipe from Jupyter: when Jupyter exits, even killed, the chil
 end of input, drains and exits, so no orphan keeps the ports.
 
 ``import workbench.jupyter`` imports nothing of jupyter_server; ``app.py`` does, when Jupyter
-loads the extension. Kernels use ``workbench.jupyter.discovery``.
+loads the extension. Kernels use ``workbench.notebook.discovery``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 
-from workbench.jupyter import discovery
 from workbench.jupyter.handlers import api_routes
 from workbench.jupyter.host import ServerHost
 from workbench.jupyter.model_configs import ModelConfigs
@@ -23,6 +22,7 @@ from workbench.jupyter.proxy import proxy_routes
 from workbench.jupyter.settings import Workbench
 from workbench.jupyter.sweep_handlers import sweep_routes
 from workbench.jupyter.sweep_jobs import SweepJobs
+from workbench.notebook import discovery
 
 
 class WorkbenchExtension(ExtensionApp):

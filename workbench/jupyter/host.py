@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from workbench import __version__
+from workbench._version import __version__
 from workbench.errors import AlreadyExistsError, NotFoundError, UnavailableError, WorkbenchError
-from workbench.jupyter import discovery
 from workbench.jupyter.engines import EmbeddedEngine, Endpoints, Engine, TritonEngine
 from workbench.jupyter.settings import Workbench
 from workbench.jupyter.stats import StatsSampler
 from workbench.jupyter.triton_client import TritonClient, fetch_text
+from workbench.notebook import discovery
 
 #: what the embedded engine always gets: every model loaded, load/unload by API, p99 summaries
 EMBEDDED_OPTIONS: dict[str, Any] = {

@@ -20,9 +20,9 @@ import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import StrPath
+from workbench.bench import tables
 from workbench.config import parse_pbtxt, read_config
 from workbench.errors import NotFoundError, UnavailableError, UnsupportedError, WorkbenchError
-from workbench.notebook import tables
 from workbench.notebook.config_editor import ConfigEditor
 from workbench.notebook.explain import explained, infer_details, model_details
 from workbench.notebook.model_export import export_onnx, export_torch
@@ -121,7 +121,7 @@ class Workbench:
         """Whether the server runs elsewhere and cannot read this repository's files
         (``connect()``, or ``attach()`` to an extension whose engine is a URL): a new
         configuration then travels with its load, as an override."""
-        from workbench.jupyter.discovery import AttachedServer
+        from workbench.notebook.discovery import AttachedServer
 
         if isinstance(self.server, AttachedServer):
             return self.server.found.engine == "remote"
@@ -295,9 +295,12 @@ class Workbench:
         shapes: Mapping[str, Sequence[int]] | None = None,
         warmup_s: float | None = None,
         live: bool | None = None,
+        trace_requests: int = 0,
     ) -> Any:
         """Measure ``name`` at every combination of the config settings and concurrency levels
         on a scratch copy (the model's files are untouched until ``result.apply_best()``).
+        With ``trace_requests=N``, N requests are traced at each configuration after its
+        warm-up (Triton's trace extension): ``result.trace(point)`` shows where time goes there.
 
         Returns a ``SweepResult``. In a notebook the sweep runs in the background, drawn live
         with a progress bar and a Stop button (``result.wait()`` blocks until it ends);
@@ -323,6 +326,7 @@ class Workbench:
             protocol=protocol,
             inputs=inputs,
             shapes=shapes,
+            trace_requests=trace_requests,
         )
         self.sweeps[name] = result = run_sweep(self, spec, live=live)
         return result
@@ -387,7 +391,7 @@ class Workbench:
         """The server of the Jupyter server extension (found through the Jupyter runtime dir,
         this Jupyter server's first), shared by every notebook and kept across kernel
         restarts: ``stop()`` detaches without stopping it. ``NotFoundError`` when none runs."""
-        from workbench.jupyter.discovery import AttachedServer, running_server
+        from workbench.notebook.discovery import AttachedServer, running_server
 
         found = running_server()
         bench = cls(found.model_repository, start=False)

@@ -14,6 +14,15 @@ otherwise from the environment:
 - Azure: ``AZURE_STORAGE_ACCOUNT`` (overrides the URL's account) and ``AZURE_STORAGE_KEY``;
   ``AZURE_STORAGE_AUTH_TYPE=managed_identity|default`` uses Azure identity; none is anonymous.
 
+Triton has no way to name another endpoint for ``gs://`` or ``as://``; the workbench takes
+each SDK's own variable for it, so an emulator (fake-gcs-server, gcp-storage-emulator,
+Azurite) or a private endpoint works:
+
+- GCS: ``STORAGE_EMULATOR_HOST`` (``http://host:port``), as google-cloud-storage and gcsfs read
+  it; without a credential file the emulator is used anonymously, as google-cloud-storage does.
+- Azure: ``AZURE_STORAGE_CONNECTION_STRING`` (its ``BlobEndpoint`` and key), as the Azure CLI
+  and SDKs read it; the account it names must be the repository's.
+
 The back ends (s3fs, gcsfs, adlfs, from the ``cloud`` extra) are imported here, when a remote
 repository is opened, never by ``import workbench``.
 """
@@ -26,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import InvalidArgumentError, MissingDependencyError
+from workbench.errors import InvalidArgumentError, MissingDependencyError, UnavailableError
 from workbench.repository.remote_url import RemoteUrl
 
 #: the pip extra that installs every back end
@@ -43,26 +52,37 @@ CREDENTIAL_HINTS = {
     "keys), AWS_PROFILE or ~/.aws/credentials; AWS_DEFAULT_REGION; an endpoint as "
     "s3://host:port/bucket/path or AWS_ENDPOINT_URL",
     "gs": "GOOGLE_APPLICATION_CREDENTIALS (a service-account or user JSON file), the attached "
-    "service account, else anonymous access",
+    "service account, else anonymous access; an emulator's endpoint from STORAGE_EMULATOR_HOST",
     "as": "AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY, or AZURE_STORAGE_AUTH_TYPE="
-    "managed_identity|default, else anonymous access",
+    "managed_identity|default, else anonymous access; an endpoint and key from "
+    "AZURE_STORAGE_CONNECTION_STRING",
 }
+#: the SDKs' variables naming another endpoint (an emulator), which Triton cannot express
+GCS_ENDPOINT_VARIABLE = "STORAGE_EMULATOR_HOST"
+AZURE_CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"
 _CREDENTIAL_FILE = "TRITON_CLOUD_CREDENTIAL_PATH"
+_GCS_KEY_FILE = "GOOGLE_APPLICATION_CREDENTIALS"
 
 
 def open_filesystem(url: RemoteUrl, environ: Mapping[str, str] | None = None) -> Any:
     """A fresh fsspec file system for ``url`` (never fsspec's shared instance).
 
     Raises ``MissingDependencyError`` naming the ``cloud`` extra when the back end is not
-    installed, and ``InvalidArgumentError`` for an unusable credential file.
+    installed, ``InvalidArgumentError`` for an unusable credential file or setting, and
+    ``UnavailableError`` (naming where credentials come from) when the back end refuses them.
     """
     env = os.environ if environ is None else environ
     credential = file_credential(url, env)
-    if url.scheme == "s3":
-        return _s3(url, env, credential)
-    if url.scheme == "gs":
-        return _gcs(env, credential)
-    return _azure(url, env, credential)
+    try:
+        if url.scheme == "s3":
+            return _s3(url, env, credential)
+        if url.scheme == "gs":
+            return _gcs(url, env, credential)
+        return _azure(url, env, credential)
+    except (MissingDependencyError, InvalidArgumentError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. gcsfs on a key file that is not JSON
+        raise UnavailableError(describe_failure(url, exc)) from exc
 
 
 def describe_failure(url: RemoteUrl, error: BaseException) -> str:
@@ -124,14 +144,30 @@ def _s3_file_keys(credential: Mapping[str, str], options: dict[str, Any]) -> Non
         options["profile"] = credential["profile"]
 
 
-def _gcs(env: Mapping[str, str], credential: Any) -> Any:
+def _gcs(url: RemoteUrl, env: Mapping[str, str], credential: Any) -> Any:
     try:
         import gcsfs
+        from gcsfs.core import GCSFileSystem as JsonApiFileSystem
     except ImportError:
         raise MissingDependencyError("gcsfs", EXTRA) from None
-    token = credential if isinstance(credential, str) and credential else None
-    token = token or env.get("GOOGLE_APPLICATION_CREDENTIALS") or None
-    return gcsfs.GCSFileSystem(token=token, skip_instance_cache=True)
+    source = _CREDENTIAL_FILE if isinstance(credential, str) and credential else _GCS_KEY_FILE
+    token = credential if source == _CREDENTIAL_FILE else env.get(_GCS_KEY_FILE) or None
+    if token is not None and not Path(token).is_file():
+        # gcsfs would take it for a raw OAuth token and send it to Google's tokeninfo endpoint
+        raise InvalidArgumentError(
+            f"Unable to read model repository '{url.url}': {source} names '{token}', which is "
+            "not a readable file"
+        )
+    endpoint = env.get(GCS_ENDPOINT_VARIABLE, "")
+    if endpoint in ("", "default"):
+        return gcsfs.GCSFileSystem(token=token, skip_instance_cache=True)
+    if "://" not in endpoint:
+        endpoint = f"http://{endpoint}"  # as gcsfs and google-cloud-storage read it
+    # An emulator: anonymous unless a key file is named, as google-cloud-storage does (which
+    # also keeps google-auth from probing the GCE metadata server). gcsfs's default class
+    # asks the gRPC Storage Control API for every bucket's layout, which emulators lack (a
+    # 60 s timeout per request): the JSON API class is all that listing and reading need.
+    return JsonApiFileSystem(token=token or "anon", endpoint_url=endpoint, skip_instance_cache=True)
 
 
 def _azure(url: RemoteUrl, env: Mapping[str, str], credential: Any) -> Any:
@@ -139,6 +175,17 @@ def _azure(url: RemoteUrl, env: Mapping[str, str], credential: Any) -> Any:
         import adlfs
     except ImportError:
         raise MissingDependencyError("adlfs", EXTRA) from None
+    connection = env.get(AZURE_CONNECTION_VARIABLE, "")
+    if connection and credential is not None:
+        # adlfs reads the variable itself and would prefer it to the file's key
+        raise InvalidArgumentError(
+            f"Unable to read model repository '{url.url}': both {_CREDENTIAL_FILE} and "
+            f"{AZURE_CONNECTION_VARIABLE} are set; unset one of them"
+        )
+    if connection:
+        account = env.get("AZURE_STORAGE_ACCOUNT") or url.account
+        _check_connection_account(url, connection, account)
+        return adlfs.AzureBlobFileSystem(connection_string=connection, skip_instance_cache=True)
     entry = credential if isinstance(credential, dict) else {}
     if credential is None:
         entry = {
@@ -157,3 +204,16 @@ def _azure(url: RemoteUrl, env: Mapping[str, str], credential: Any) -> Any:
     else:
         options["anon"] = True
     return adlfs.AzureBlobFileSystem(**options)
+
+
+def _check_connection_account(url: RemoteUrl, connection: str, account: str | None) -> None:
+    """A connection string for another account than the repository's is a mistake, not a
+    fallback: adlfs would read that account's container of the same name."""
+    pairs = (part.partition("=") for part in connection.split(";"))
+    fields = {name.strip().lower(): value.strip() for name, _, value in pairs}
+    named = fields.get("accountname")
+    if named and account and named != account:
+        raise InvalidArgumentError(
+            f"Unable to read model repository '{url.url}': {AZURE_CONNECTION_VARIABLE} is for "
+            f"account '{named}', not '{account}'"
+        )

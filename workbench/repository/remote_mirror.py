@@ -108,19 +108,14 @@ class RemoteMirror:
         try:
             self._fs.invalidate_cache()  # fsspec caches listings: a poll must see new objects
             found: dict[str, dict[str, Any]] = self._fs.find(path, detail=True)
+            if not found and model is None and not self._stamps:
+                self._check_root()
         except FileNotFoundError as exc:
-            raise NotFoundError(
-                f"model repository path '{self.url.url}' does not exist: bucket "
-                f"'{self.url.bucket}' not found ({exc})"
-            ) from exc
+            raise self._missing_bucket(str(exc)) from exc
+        except NotFoundError:
+            raise
         except Exception as exc:  # noqa: BLE001 - every back end has its own error classes
             raise UnavailableError(describe_failure(self.url, exc)) from exc
-        if not found and self.url.prefix and model is None and not self._stamps:
-            # Object stores have no folders: a path without objects is missing at start,
-            # and an emptied repository later on (its last model removed).
-            raise NotFoundError(
-                f"model repository path '{self.url.url}' does not exist or is not a directory"
-            )
         files: dict[str, str] = {}
         markers: set[str] = set()
         for name, info in found.items():
@@ -132,6 +127,27 @@ class RemoteMirror:
             elif info.get("type", "file") == "file":
                 files[relative] = _stamp(info)
         return files, markers
+
+    def _check_root(self) -> None:
+        """Raise ``NotFoundError`` when the root of an empty listing does not exist.
+
+        Object stores have no folders: a path without objects is missing at start (and an
+        emptied repository later on, its last model removed). A missing bucket lists as
+        empty on some back ends (adlfs for a missing container) and raises on others.
+        """
+        if not self._fs.exists(self.url.bucket):
+            raise self._missing_bucket("it does not exist")
+        if self.url.prefix:
+            raise NotFoundError(
+                f"model repository path '{self.url.url}' does not exist or is not a directory"
+            )
+
+    def _missing_bucket(self, detail: str) -> NotFoundError:
+        kind = "container" if self.url.scheme == "as" else "bucket"
+        return NotFoundError(
+            f"model repository path '{self.url.url}' does not exist: {kind} "
+            f"'{self.url.bucket}' not found ({detail})"
+        )
 
     # -- local copy ----------------------------------------------------------------------------
     def _download(self, relatives: list[str]) -> None:

@@ -348,3 +348,44 @@ def test_a_reply_that_stops_listening_leaves_the_disconnect_wait_to_the_next() -
         assert await second == {"type": "http.disconnect"}
 
     asyncio.run(main())
+
+
+#: an infer body over 64 KiB (JSON allows the trailing spaces), read in place when it spans reads
+LARGE_INFER_BODY = INFER_BODY + b" " * 300_000
+
+
+@pytest.mark.parametrize("head_alone", [False, True])
+def test_a_large_body_read_in_place_is_served_and_the_next_request_parsed(
+    running: RunningServer, head_alone: bool
+) -> None:
+    request = post("/v2/models/add_one/infer", LARGE_INFER_BODY)
+    head_end = request.index(b"\r\n\r\n") + 4
+    with connect(running.url) as sock:
+        if head_alone:  # no byte of the body comes with its head
+            sock.sendall(request[:head_end])
+            time.sleep(0.05)
+            request = request[head_end:]
+        sock.sendall(request + post("/v2/models/add_one/infer", INFER_BODY))
+        reader = Reader(sock)
+        answers = [reader.answer() for _ in range(2)]
+        sock.sendall(get("/v2/health/live"))
+        assert reader.answer().status == 200
+    for answer in answers:
+        assert answer.status == 200
+        assert json.loads(answer.body)["outputs"][0]["data"] == [1.0] * 16
+
+
+@pytest.mark.parametrize("body", [INFER_BODY, LARGE_INFER_BODY], ids=["small", "large"])
+def test_bytes_after_a_request_that_closes_the_connection_are_not_served(
+    running: RunningServer, body: bytes
+) -> None:
+    request = post("/v2/models/add_one/infer", body, b"Connection: close\r\n")
+    with connect(running.url) as sock:
+        sock.sendall(request + get("/v2/health/live"))
+        reader = Reader(sock)
+        served = reader.answer()
+        try:
+            assert reader.closed()
+        except ConnectionResetError:
+            pass  # closed with the unserved request unread
+    assert (served.status, served.headers[b"connection"]) == (200, b"close")

@@ -85,5 +85,8 @@ def unload_module(module: types.ModuleType) -> None:
 
 
 def _forget(package: str) -> None:
-    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
-        del sys.modules[name]
+    # ``list(sys.modules)`` copies the keys in one step: iterating the dict itself raises
+    # "dictionary changed size during iteration" when another thread imports meanwhile (a
+    # load's auto-complete runs here on a pool thread while other threads import lazily).
+    for name in [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]:
+        sys.modules.pop(name, None)

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import workbench
 from workbench import threads
 from workbench._types import Tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
@@ -92,7 +91,7 @@ _BOOT = (
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
-    root = str(Path(workbench.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding ``workbench/``
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
     return env

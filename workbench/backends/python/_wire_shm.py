@@ -44,8 +44,9 @@ IN_PLACE_BYTES = 64 * 1024
 RELEASE_BYTES = 4 << 20
 #: how long after the last large message the free space's pages are given back: back-to-back
 #: large requests reuse resident pages (a released page costs a fault and a zeroing on the
-#: next write: giving 16 MiB back after every request made its round trip ~35% slower here)
-RELEASE_AFTER_S = 1.0
+#: next write: giving 16 MiB back after every request made its round trip ~35% slower here);
+#: ``WORKBENCH_SHM_RELEASE_AFTER_S`` sets it for the server and the stubs it starts
+RELEASE_AFTER_S = float(os.environ.get("WORKBENCH_SHM_RELEASE_AFTER_S", "1.0"))
 #: a freed block larger than this gives its pages back at once (as it is freed): for such
 #: sizes memory matters more than the faults, and the peak stays at one copy per direction
 RELEASE_AT_ONCE_BYTES = 64 << 20
@@ -132,9 +133,9 @@ class Region:
 class BlockWriter:
     """Allocates blocks in a region this process writes (thread-safe within the process)."""
 
-    def __init__(self, region: Region, release_after_s: float = RELEASE_AFTER_S) -> None:
+    def __init__(self, region: Region, release_after_s: float | None = None) -> None:
         self.region = region
-        self.release_after_s = release_after_s
+        self.release_after_s = RELEASE_AFTER_S if release_after_s is None else release_after_s
         self._live: list[tuple[int, int]] = []  # (offset, size) sorted by offset
         self._lock = threading.Lock()
 

@@ -9,6 +9,7 @@ While tracing is on, a sampled call takes the same steps with its trace (``_trac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,6 +22,7 @@ from workbench.core.trace_settings import TraceManager
 from workbench.errors import UnsupportedError
 from workbench.server.classification import classify_outputs
 from workbench.server.grpc.parameters import RequestParameters, model_version
+from workbench.server.grpc.raw_inputs import ReceivedInfer
 from workbench.server.grpc.request_codec import decode_request
 from workbench.server.grpc.response_codec import encode_response, serialize_response
 from workbench.server.grpc.tracing import GrpcTimestamps, metadata
@@ -84,8 +86,10 @@ def prepare(
     version: str,
     config: ModelConfig,
     regions: SharedMemoryRegistry | None = None,
+    raw: Sequence[bytes | memoryview] | None = None,
 ) -> PreparedRequest:
-    request, parameters = decode_request(message, version, regions)
+    """``message`` decoded (its raw input contents from ``raw`` when they were cut out of it)."""
+    request, parameters = decode_request(message, version, regions, raw)
     return PreparedRequest(request, parameters, config)
 
 
@@ -113,36 +117,38 @@ class InferHandler:
         self.regions = regions
         self.tracer = tracer if tracer is not None else TraceManager()
 
-    async def __call__(self, message: ModelInferRequest, context: Any = None) -> InferReply:
+    async def __call__(self, received: ReceivedInfer, context: Any = None) -> InferReply:
+        message = received.message
         if self.tracer.enabled:
             carrier = metadata(context) if self.tracer.propagates else None
             trace = self.tracer.sample(message.model_name, carrier)
             if trace is not None:
-                return await self._traced(message, context, GrpcTimestamps(trace))
+                return await self._traced(received, context, GrpcTimestamps(trace))
         version, config = model_config_of(self.core, message)
         if config.model_transaction_policy.decoupled:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
-        prepared = prepare(message, version, config, self.regions)
+        prepared = prepare(message, version, config, self.regions, received.raw)
         try:
             response = await self.core.infer(prepared.request)
             payload = prepared.serialize(response, self.core, self.limit)
-            return InferReply(payload, _raw_bytes(message, prepared))
+            return InferReply(payload, _raw_bytes(received, prepared))
         finally:
             prepared.release()
 
     async def _traced(
-        self, message: ModelInferRequest, context: Any, stamps: GrpcTimestamps
+        self, received: ReceivedInfer, context: Any, stamps: GrpcTimestamps
     ) -> InferReply:
         """The same call, traced; the trace is written when the call is done, failed or not."""
+        message = received.message
         try:
             version, config = model_config_of(self.core, message)
             if config.model_transaction_policy.decoupled:
                 raise UnsupportedError(
                     "ModelInfer RPC doesn't support models with decoupled transaction policy"
                 )
-            prepared = prepare(message, version, config, self.regions)
+            prepared = prepare(message, version, config, self.regions, received.raw)
             prepared.request.trace = stamps.trace
             stamps.trace.start()
             try:
@@ -151,7 +157,7 @@ class InferHandler:
                 prepared.release()
         finally:
             stamps.finish(context)
-        return InferReply(payload, _raw_bytes(message, prepared))
+        return InferReply(payload, _raw_bytes(received, prepared))
 
     async def _answer(self, prepared: PreparedRequest, stamps: GrpcTimestamps) -> bytes:
         try:
@@ -162,10 +168,10 @@ class InferHandler:
         return prepared.serialize(response, self.core, self.limit)
 
 
-def _raw_bytes(message: ModelInferRequest, prepared: PreparedRequest) -> int:
+def _raw_bytes(received: ReceivedInfer, prepared: PreparedRequest) -> int:
     """How much tensor data came in the message itself (sized from the arrays: every read of
     a protobuf ``bytes`` field copies it)."""
-    return prepared.input_bytes() if len(message.raw_input_contents) else 0
+    return prepared.input_bytes() if len(received.raw) else 0
 
 
 __all__ = ["InferHandler", "InferReply", "PreparedRequest", "model_config_of", "prepare"]

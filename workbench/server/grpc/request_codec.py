@@ -10,6 +10,7 @@ same helpers as the HTTP side, so the texts are the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -50,12 +51,16 @@ _NARROW.update({"UINT8": "uint_contents", "UINT16": "uint_contents"})
 
 
 def decode_request(
-    message: ModelInferRequest, version: str, regions: SharedMemoryRegistry | None = None
+    message: ModelInferRequest,
+    version: str,
+    regions: SharedMemoryRegistry | None = None,
+    raw: Sequence[bytes | memoryview] | None = None,
 ) -> tuple[InferRequest, RequestParameters]:
     """The core's request for ``message`` (``version`` already checked) and its parameters.
 
     Tensors in shared memory use ``regions`` (none found without it); the request's
-    ``shared_memory`` then holds them in use until the caller releases it.
+    ``shared_memory`` then holds them in use until the caller releases it. ``raw``: the raw
+    input contents when they were cut out of the message (``raw_inputs.py``).
     """
     params = request_parameters(message.parameters)
     request = InferRequest(
@@ -65,7 +70,9 @@ def decode_request(
         parameters=params.values,
     )
     try:
-        _decode_inputs(message, request, regions)
+        _decode_inputs(
+            message, request, regions, message.raw_input_contents if raw is None else raw
+        )
         _decode_outputs(message, request, regions)
     except BaseException:
         if request.shared_memory is not None:
@@ -75,9 +82,11 @@ def decode_request(
 
 
 def _decode_inputs(
-    message: ModelInferRequest, request: InferRequest, regions: SharedMemoryRegistry | None
+    message: ModelInferRequest,
+    request: InferRequest,
+    regions: SharedMemoryRegistry | None,
+    raw: Sequence[bytes | memoryview],
 ) -> None:
-    raw = message.raw_input_contents
     next_raw = 0
     for spec in message.inputs:
         if spec.name in request.inputs:

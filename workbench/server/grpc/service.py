@@ -24,6 +24,7 @@ from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.grpc.aborts import abort, aborts_on_error
 from workbench.server.grpc.inference import InferHandler
 from workbench.server.grpc.parameters import model_version
+from workbench.server.grpc.raw_inputs import ReceivedInfer
 from workbench.server.grpc.stream import serve_stream
 from workbench.server.log_settings import LogSettings
 from workbench.server.shared_memory import SharedMemoryRegistry
@@ -102,9 +103,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference -----------------------------------------------------------------------------
     @aborts_on_error
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> bytes:
-        # The serialised response (see ``unparsable.add_service``); the request's raw inputs
-        # are sized from their arrays: each read of a protobuf ``bytes`` field copies it.
+    async def ModelInfer(self, request: ReceivedInfer, context: Context) -> bytes:
+        # The request as ``raw_inputs.parse_infer_request`` read it, its raw inputs in grpc's
+        # bytes (see ``unparsable.add_service``); the answer is the serialised response.
         reply = await self._infer(request, context)
         if self.compression is not None:
             context.set_compression(self.compression)
@@ -119,7 +120,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             context.set_compression(self.compression)
         try:
             await serve_stream(
-                self.core, request_iterator, context, self.max_message_bytes, self.shared_memory
+                self.core,
+                request_iterator,
+                context,
+                self.max_message_bytes,
+                self.shared_memory,
+                self.tracer,
             )
         except grpc.aio.AbortError:
             raise

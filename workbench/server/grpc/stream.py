@@ -13,6 +13,8 @@ What Triton 2.51 does (``src/grpc/stream_infer_handler.cc``), and so what this d
   ``error_message`` with the request's model name and version and the final flag. Neither
   ends the stream, unless the client sent the ``triton_grpc_error: true`` header: then a
   model's error ends the stream with its gRPC status.
+- While tracing is on, each request is sampled as it is read, and a traced one writes its
+  trace once its last response has been written (``tracing.StreamTimestamps``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from tritonclient.grpc.service_pb2 import (
 
 from workbench.core.contract import ServingCore
 from workbench.core.request import InferResponse
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, WorkbenchError
 from workbench.server.grpc.inference import PreparedRequest, model_config_of, prepare
 from workbench.server.grpc.response_codec import set_final
+from workbench.server.grpc.tracing import StreamTimestamps, metadata
 from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.status import error_message, grpc_status
 
@@ -49,7 +53,16 @@ class _Abort:
     error: BaseException
 
 
-_Item: TypeAlias = "ModelStreamInferResponse | _Abort | None"
+@dataclass(slots=True)
+class _Traced:
+    """A traced request's response, written between GRPC_SEND_START and GRPC_SEND_END; none:
+    the request has been answered, its trace can be written."""
+
+    stamps: StreamTimestamps
+    response: ModelStreamInferResponse | None
+
+
+_Item: TypeAlias = "ModelStreamInferResponse | _Traced | _Abort | None"
 
 
 class StreamSession:
@@ -61,11 +74,13 @@ class StreamSession:
         context: Any,
         limit: int,
         regions: SharedMemoryRegistry | None = None,
+        tracer: TraceManager | None = None,
     ) -> None:
         self.core = core
         self.context = context
         self.limit = limit
         self.regions = regions
+        self.tracer = tracer if tracer is not None else TraceManager()
         self.grpc_errors = _header(context, GRPC_ERROR_HEADER) == "true"
         self._out: asyncio.Queue[_Item] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -79,21 +94,42 @@ class StreamSession:
             while (item := await self._out.get()) is not None:
                 if isinstance(item, _Abort):
                     await self.context.abort(grpc_status(item.error), error_message(item.error))
-                await self.context.write(item)
+                if isinstance(item, _Traced):
+                    await self._write_traced(item)
+                else:
+                    await self.context.write(item)
         finally:
             reader.cancel()
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(reader, *self._tasks, return_exceptions=True)
 
+    async def _write_traced(self, item: _Traced) -> None:
+        if item.response is None:
+            item.stamps.release()
+            return
+        item.stamps.stamp("GRPC_SEND_START")
+        await self.context.write(item.response)
+        item.stamps.stamp("GRPC_SEND_END")
+
     async def _read(self, requests: AsyncIterable[ModelInferRequest]) -> None:
         async for message in requests:
-            task = asyncio.ensure_future(self._serve(message, self._claim_turn(message)))
+            stamps = self._sample(message)
+            serving = self._serve(message, self._claim_turn(message), stamps)
+            task = asyncio.ensure_future(serving)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._out.put_nowait(None)
+
+    def _sample(self, message: ModelInferRequest) -> StreamTimestamps | None:
+        """The request's trace (with GRPC_WAITREAD_*: it was read now) when it is sampled."""
+        if not self.tracer.enabled:
+            return None
+        carrier = metadata(self.context) if self.tracer.propagates else None
+        trace = self.tracer.sample(message.model_name, carrier)
+        return None if trace is None else StreamTimestamps(trace)
 
     def _claim_turn(self, message: ModelInferRequest) -> tuple[Any, Any]:
         """The turn to wait for and the one to give, for a request that is not decoupled."""
@@ -110,66 +146,91 @@ class StreamSession:
             return False
         return bool(config.model_transaction_policy.decoupled)
 
-    async def _serve(self, message: ModelInferRequest, turn: tuple[Any, Any]) -> None:
+    async def _serve(
+        self, message: ModelInferRequest, turn: tuple[Any, Any], stamps: StreamTimestamps | None
+    ) -> None:
         previous, mine = turn
         try:
             if previous is not None:
                 await asyncio.shield(previous)
-            await self._respond(message)
+            await self._respond(message, stamps)
         except Exception as exc:  # noqa: BLE001 - a bug fails this request, not the stream
             log.exception("unexpected error in a gRPC stream", exc_info=exc)
-            self._put(_failed(message, exc))
+            self._put(_failed(message, exc), stamps)
         finally:
             if mine is not None and not mine.done():
                 mine.set_result(None)
+            if stamps is not None:  # after its responses: written once they are
+                self._out.put_nowait(_Traced(stamps, None))
 
-    async def _respond(self, message: ModelInferRequest) -> None:
+    async def _respond(self, message: ModelInferRequest, stamps: StreamTimestamps | None) -> None:
         try:
             version, config = model_config_of(self.core, message)
             prepared = prepare(message, version, config, self.regions)
         except WorkbenchError as exc:
-            self._put(_not_issued(message, exc))
+            self._put(_not_issued(message, exc), stamps)
             return
+        if stamps is not None:
+            prepared.request.trace = stamps.trace
+            stamps.trace.start()
         try:
             responses = self.core.infer_stream(prepared.request)
         except WorkbenchError as exc:
             prepared.release()
-            self._put(_not_issued(message, exc))
+            self._put(_not_issued(message, exc), stamps)
             return
         try:
             async with _closing(responses):
                 async for response in responses:
-                    self._send(prepared, response, message)
+                    if stamps is not None:
+                        stamps.complete()
+                    self._send(prepared, response, message, stamps)
         except WorkbenchError as exc:
-            self._model_error(prepared, message, exc)
+            if stamps is not None and stamps.trace.reported:  # a model answered with it
+                stamps.complete()
+            self._model_error(prepared, message, exc, stamps)
         finally:
             prepared.release()
 
     def _send(
-        self, prepared: PreparedRequest, response: InferResponse, message: ModelInferRequest
+        self,
+        prepared: PreparedRequest,
+        response: InferResponse,
+        message: ModelInferRequest,
+        stamps: StreamTimestamps | None,
     ) -> None:
         final = response.final or not prepared.decoupled
         if prepared.decoupled and _is_flag_only(response):
             if prepared.parameters.empty_final_response:
-                self._put(ModelStreamInferResponse(infer_response=_request_echo(message, final)))
+                echo = _request_echo(message, final)
+                self._put(ModelStreamInferResponse(infer_response=echo), stamps)
             return
         encoded = set_final(prepared.encode(response, self.core, self.limit), final)
-        self._put(ModelStreamInferResponse(infer_response=encoded))
+        self._put(ModelStreamInferResponse(infer_response=encoded), stamps)
 
     def _model_error(
-        self, prepared: PreparedRequest, message: ModelInferRequest, error: WorkbenchError
+        self,
+        prepared: PreparedRequest,
+        message: ModelInferRequest,
+        error: WorkbenchError,
+        stamps: StreamTimestamps | None,
     ) -> None:
         if not prepared.decoupled and isinstance(error, InvalidArgumentError):
             # The core checks a request against its model when it is issued: Triton's
             # "could not issue" answer, which never ends the stream.
-            self._put(_not_issued(message, error))
+            self._put(_not_issued(message, error), stamps)
         elif self.grpc_errors:
             self._put(_Abort(error))
         else:
-            self._put(_failed(message, error))
+            self._put(_failed(message, error), stamps)
 
-    def _put(self, item: _Item) -> None:
-        self._out.put_nowait(item)
+    def _put(
+        self, response: ModelStreamInferResponse | _Abort, stamps: StreamTimestamps | None = None
+    ) -> None:
+        if stamps is not None and not isinstance(response, _Abort):
+            self._out.put_nowait(_Traced(stamps, response))
+        else:
+            self._out.put_nowait(response)
 
 
 def _header(context: Any, key: str) -> str | None:
@@ -221,9 +282,10 @@ async def serve_stream(
     context: Any,
     limit: int,
     regions: SharedMemoryRegistry | None = None,
+    tracer: TraceManager | None = None,
 ) -> None:
     """Serve one ``ModelStreamInfer`` call."""
-    await StreamSession(core, context, limit, regions).run(requests)
+    await StreamSession(core, context, limit, regions, tracer).run(requests)
 
 
 __all__ = ["GRPC_ERROR_HEADER", "StreamSession", "serve_stream"]

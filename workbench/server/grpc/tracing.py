@@ -49,9 +49,31 @@ class GrpcTimestamps:
 
     def _sent(self) -> None:
         self.stamp("GRPC_SEND_END")
+        self.release()
+
+    def release(self) -> None:
+        """Write the timestamps kept aside into the trace, and the trace out."""
         for name, ns in self.stamps:
             self.trace.capture(name, ns)
         self.trace.release()
 
 
-__all__ = ["GrpcTimestamps", "metadata"]
+class StreamTimestamps(GrpcTimestamps):
+    """The front-end timestamps of one traced request of a ``ModelStreamInfer`` call, as
+    Triton 2.51's ``ModelStreamInferHandler`` records them (observed): INFER_RESPONSE_COMPLETE
+    once, at the first response, and GRPC_SEND_START/END around every response written (a
+    decoupled model's bare final flag is not written, so it has none unless the request asked
+    for an empty final response). The trace is written once the request's last response is."""
+
+    def __init__(self, trace: InferenceTrace) -> None:
+        super().__init__(trace)
+        self.completed = False
+
+    def complete(self) -> None:
+        """The core answered (its first response, or its error)."""
+        if not self.completed:
+            self.completed = True
+            self.stamp("INFER_RESPONSE_COMPLETE")
+
+
+__all__ = ["GrpcTimestamps", "StreamTimestamps", "metadata"]

@@ -7,7 +7,9 @@ service is registered with deserializers that turn a ``DecodeError`` into a mark
 unary behaviour answers the marker with Triton's status before the servicer sees it.
 
 The same registration lets a unary behaviour answer with bytes it serialised itself
-(``ModelInfer``: one copy of each output instead of protobuf's three).
+(``ModelInfer``: one copy of each output instead of protobuf's three), and lets ``ModelInfer``
+read its request with its own deserializer (``raw_inputs.py``: the input tensors stay in the
+bytes grpc received instead of being copied twice by protobuf).
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2_grpc
 
+from workbench.server.grpc.raw_inputs import parse_infer_request
+
 SERVICE = "inference.GRPCInferenceService"
 UNPARSABLE_MESSAGE = "Unable to parse request"
 #: what a deserializer returns for bytes that are not its message
 UNPARSABLE = object()
+#: requests read by a deserializer of ours rather than the message's own ``FromString``
+_DESERIALIZERS: dict[str, Callable[[bytes], Any]] = {"ModelInfer": parse_infer_request}
 
 
 class _Capture:
@@ -43,16 +49,17 @@ def add_service(servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server:
     """``add_GRPCInferenceServiceServicer_to_server``, answering unparsable requests as Triton."""
     capture = _Capture()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    handlers = {name: _guarded(handler) for name, handler in capture.handlers.items()}
+    handlers = {name: _guarded(name, handler) for name, handler in capture.handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
 
 
-def _guarded(handler: Any) -> Any:
+def _guarded(name: str, handler: Any) -> Any:
     if handler.unary_unary is None:  # streams: grpc's own answer (not compared with Triton)
         return handler
+    deserialize = _DESERIALIZERS.get(name, handler.request_deserializer)
     return handler._replace(
-        request_deserializer=_tolerant(handler.request_deserializer),
+        request_deserializer=_tolerant(deserialize),
         response_serializer=_passing_bytes(handler.response_serializer),
         unary_unary=_answering_unparsable(handler.unary_unary),
     )

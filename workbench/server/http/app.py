@@ -101,7 +101,7 @@ class HttpApp:
         self.max_input_bytes = max_input_bytes
         self.log_settings = log_settings or LogSettings()
         self.infer = InferEndpoint(core, max_input_bytes, self.shared_memory, self.tracer)
-        self.generate = GenerateEndpoint(core)
+        self.generate = GenerateEndpoint(core, self.tracer)
         self.endpoints = Endpoints(
             core, extensions, self.log_settings, self.shared_memory, self.tracer
         )

@@ -18,8 +18,8 @@ SUPPORTED_ENCODINGS = b"gzip, deflate"
 
 
 def decompress(
-    body: bytes | bytearray, encoding: bytes | None, max_bytes: int
-) -> bytes | bytearray:
+    body: bytes | bytearray | memoryview, encoding: bytes | None, max_bytes: int
+) -> bytes | bytearray | memoryview:
     """The decoded request body; at most ``max_bytes`` (Triton's ``--http-max-input-size``)."""
     name = (encoding or b"").decode("latin-1").strip()
     if name in ("", "identity"):

@@ -15,6 +15,13 @@ end) is closed after the timeouts of ``limits.HttpLimits``, and a head over its 
 refused. One timer per connection does this lazily: the hot path only moves ``deadline`` (one
 clock read per reply), and the timer, when it fires early, re-arms itself at the new deadline.
 
+A body of ``_READ_IN_PLACE_FROM`` bytes or more whose ``Content-Length`` is given and that does
+not arrive in the read that ended its head is read straight into one buffer: the connection
+lends its transport to a ``_BodyReader`` (an ``asyncio.BufferedProtocol``) until the body is
+in, so no chunk of it becomes a ``bytes`` object and nothing joins them (issue #17). httptools
+never sees those bytes; the next request is parsed by a fresh parser. A chunked body, or one
+refused for its size, takes the path of any other body.
+
 While tracing is on, a connection notes when each request's bytes began to arrive and ended
 (Triton's HTTP_RECV_START/END) and stamps a traced reply's send (``tracing.py``); while it is
 off that costs one check per read.
@@ -26,17 +33,18 @@ import asyncio
 import functools
 import logging
 import math
+import mmap
 import socket
 import time
 from collections import deque
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import httptools
 
 from workbench.server.http.limits import DEFAULT_LIMITS, HttpLimits
-from workbench.server.http.messages import HttpRequest, Message, Reply, error_reply
+from workbench.server.http.messages import Body, HttpRequest, Message, Reply, error_reply
 from workbench.server.http.tracing import http_sent
 
 if TYPE_CHECKING:
@@ -60,6 +68,8 @@ _METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b
 #: a reply body under this size is joined to its head and written in one piece (one buffer
 #: costs the transport less); a bigger one is written after it as it is, uncopied
 _JOIN_BELOW = 64 * 1024
+#: a body of at least this many bytes, with its length given, is read in place (``_BodyReader``)
+_READ_IN_PLACE_FROM = 64 * 1024
 
 
 class _HeadTooLarge(Exception):
@@ -132,6 +142,9 @@ class HttpConnection(asyncio.Protocol):
         self.paused = False
         #: bytes of body so far (set by the first ``on_body`` of each request)
         self.size = 0
+        #: the last ``Content-Length`` given (stale for a request without one: see
+        #: ``_body_pending``)
+        self.length = 0
         self._gone: asyncio.Future[None] | None = None
         #: the task serving this connection's requests, and what it waits on when idle
         self._serving: asyncio.Task[None] | None = None
@@ -153,9 +166,10 @@ class HttpConnection(asyncio.Protocol):
     def _reset(self) -> None:
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        #: the body's first chunk; ``more`` holds the rest when it came in several
-        self.body = b""
-        self.more: list[bytes] | None = None
+        #: the body's first chunk; ``more`` holds the rest when it came in several (the whole
+        #: body, read-only, when ``_BodyReader`` read it)
+        self.body: Body = b""
+        self.more: list[Body] | None = None
         #: the error to answer instead of serving (a body over the size limit)
         self.refusal: Exception | None = None
         #: how many "100 Continue" to send once the headers are in
@@ -206,8 +220,11 @@ class HttpConnection(asyncio.Protocol):
             else:
                 self._refuse_after_replies(400, _BAD_REQUEST)
             return
-        if self.in_head and self.head_bytes:  # a head that has not ended yet
-            self._head_pending(len(data))
+        if self.in_head:
+            if self.head_bytes:  # a head that has not ended yet
+                self._head_pending(len(data))
+        elif self.refusal is None and self.length >= _READ_IN_PLACE_FROM:
+            self._body_pending()
 
     def _head_pending(self, arrived: int) -> None:
         """Bound the head that is arriving: its size now, its time from its first bytes on."""
@@ -295,10 +312,10 @@ class HttpConnection(asyncio.Protocol):
         """Content-Length and Expect, in the order they came (a 100-continue is not sent for
         a body already known to be too large)."""
         if name == b"content-length":
-            if value.isdigit():
-                size = int(value)
-                too_large = size > self.app.max_input_bytes
-                self.refusal = self.app.refuse_length(size) if too_large else None
+            if value.isdigit():  # (httptools refuses a second one before we see it)
+                self.length = size = int(value)
+                if size > self.app.max_input_bytes:
+                    self.refusal = self.app.refuse_length(size)
         elif value.lower() == b"100-continue" and not self.refusal:
             self.continues += 1
 
@@ -330,6 +347,32 @@ class HttpConnection(asyncio.Protocol):
         if self.size > self.app.max_input_bytes:
             self.refusal = self.app.refuse_length(self.size)
             self.body, self.more = b"", None  # only the size error is answered
+
+    # -- a large body, read in place --------------------------------------------------------
+    def _body_pending(self) -> None:
+        """A body of ``length`` bytes or more is arriving: read the rest of it in place (one
+        whose head said chunked keeps a stale ``length`` and is left to httptools)."""
+        if self.transport is None or self._stopped() or self._header(b"transfer-encoding"):
+            return
+        received = (self.more or [self.body]) if self.body else []
+        self.transport.set_protocol(_BodyReader(self, self.length, received))
+
+    def _header(self, name: bytes) -> bytes | None:
+        """The value of header ``name`` (lower case) of the request being read, or ``None``."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def body_read(self, body: memoryview) -> None:
+        """``_BodyReader`` has the whole body: queue the request, and parse from here on with
+        a fresh parser (the one that read the head still waits for the body)."""
+        assert self.transport is not None
+        self.transport.set_protocol(self)
+        keep_alive, method = self.parser.should_keep_alive(), self.parser.get_method()
+        self.body, self.more = body, None
+        self.on_message_complete()
+        self.parser = _next_parser(self, keep_alive, method)
 
     def on_message_complete(self) -> None:
         method = self.parser.get_method()
@@ -439,6 +482,50 @@ class HttpConnection(asyncio.Protocol):
         self.closing = True
         if not self.busy:
             self._close()
+
+
+class _BodyReader(asyncio.BufferedProtocol):
+    """The transport's protocol while the rest of a large body arrives: each read lands in
+    the body's own buffer (fresh anonymous memory, not zeroed first) at its place."""
+
+    def __init__(self, connection: HttpConnection, length: int, received: list[Body]) -> None:
+        self.connection = connection
+        self.buffer = memoryview(mmap.mmap(-1, length))
+        self.filled = 0
+        for chunk in received:  # what came in the read that ended the head, and since
+            self.buffer[self.filled : self.filled + len(chunk)] = chunk
+            self.filled += len(chunk)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # No further than the body's end: what follows it is the connection's to parse.
+        return self.buffer[self.filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+        if self.filled == len(self.buffer):
+            self.connection.body_read(self.buffer.toreadonly())
+
+    def eof_received(self) -> bool | None:
+        return self.connection.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection.connection_lost(exc)
+
+
+def _next_parser(connection: HttpConnection, keep_alive: bool, method: bytes) -> Any:
+    """A parser for what follows a body read in place, in the state the body's own parser
+    would be in: ready for the next request, or (after a request that closes the connection)
+    refusing any more bytes, which it learns from a request it is fed with no one listening."""
+    if keep_alive:
+        return httptools.HttpRequestParser(connection)
+    parser = httptools.HttpRequestParser(_Deaf())
+    verb = method if method in _METHODS else b"POST"
+    parser.feed_data(verb + b" / HTTP/1.1\r\nconnection: close\r\n\r\n")
+    return parser
+
+
+class _Deaf:
+    """Parser callbacks that hear nothing (see ``_next_parser``)."""
 
 
 class _StreamSender:

@@ -15,6 +15,12 @@ Mirrors ``HTTPAPIServer::HandleGenerate`` and ``GenerateRequestClass`` in Triton
 
 Responses come from ``InferenceCore.infer_stream`` (several for a decoupled model, one for the
 others). When the client goes away the core's iterator is closed.
+
+Tracing, as Triton 2.51 writes it (observed; ``docs/triton-trace-facts.md``): HTTP_RECV_START/END,
+then the core's entries; INFER_RESPONSE_COMPLETE for every response the core gives (a bare final
+flag included); HTTP_SEND_START and HTTP_SEND_END, both with ``ns`` 0, for every event
+``generate_stream`` writes and for the one response ``generate`` writes. A request refused before
+the core has only HTTP_RECV_START/END. The trace is written once the reply is done.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from workbench.core.contract import ServingCore
 from workbench.core.request import InferResponse
+from workbench.core.trace import InferenceTrace
+from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, WorkbenchError
-from workbench.server.http import _json
+from workbench.server.http import _json, tracing
 from workbench.server.http.generate_codec import (
     decode_generate_request,
     encode_generate_response,
@@ -63,22 +72,32 @@ _ERROR_RESPONSE_STATUS = 400
 class GenerateEndpoint:
     """Serves ``generate`` and ``generate_stream`` on one ``InferenceCore``."""
 
-    def __init__(self, core: ServingCore) -> None:
+    def __init__(self, core: ServingCore, tracer: TraceManager | None = None) -> None:
         self.core = core
+        self.tracer = tracer if tracer is not None else TraceManager()
 
     async def __call__(
         self, req: HttpRequest, model: str, version: str, streaming: bool
     ) -> Reply | GenerateReply:
         if req.method != "POST":
             return _METHOD_NOT_ALLOWED
-        inputs = input_metadata(self.core.model_metadata(model, version))
-        encoding = req.header(b"content-encoding")
-        if encoding not in (None, b"", b"identity"):
-            raise InvalidArgumentError(
-                "Unsupported content-encoding, only 'identity' is supported."
-            )
-        request = decode_generate_request(req.body, model, version, inputs)
-        return GenerateReply(self.core.infer_stream(request), streaming)
+        trace = tracing.sample(self.tracer, model, req) if self.tracer.enabled else None
+        try:
+            inputs = input_metadata(self.core.model_metadata(model, version))
+            encoding = req.header(b"content-encoding")
+            if encoding not in (None, b"", b"identity"):
+                raise InvalidArgumentError(
+                    "Unsupported content-encoding, only 'identity' is supported."
+                )
+            request = decode_generate_request(req.body, model, version, inputs)
+            request.trace = trace
+            if trace is not None:
+                trace.start()
+            return GenerateReply(self.core.infer_stream(request), streaming, trace)
+        except Exception:
+            if trace is not None:  # refused before the core: HTTP_RECV_START/END only
+                trace.release()
+            raise
 
 
 def _is_flag_only(response: InferResponse) -> bool:
@@ -89,10 +108,16 @@ def _is_flag_only(response: InferResponse) -> bool:
 class GenerateReply:
     """The reply of a generate request: sent as the core's responses arrive."""
 
-    def __init__(self, responses: AsyncIterator[InferResponse], streaming: bool) -> None:
+    def __init__(
+        self,
+        responses: AsyncIterator[InferResponse],
+        streaming: bool,
+        trace: InferenceTrace | None = None,
+    ) -> None:
         self.responses = responses
         self.streaming = streaming
         self.started = False
+        self.trace = trace
 
     async def respond(self, send: Send, receive: Receive) -> None:
         """Send the reply; stop (and close the core's stream) when the client goes away."""
@@ -115,24 +140,42 @@ class GenerateReply:
                 log.exception("generate stream failed after its reply started", exc_info=exc)
         finally:
             await _close(self.responses)
+            if self.trace is not None:  # the core reported it when its stream closed
+                self.trace.release()
 
     async def _send(self, send: Send) -> None:
         async with contextlib.aclosing(self._events()) as events:
             if self.streaming:
                 await self._send_events(send, events)
             else:
-                status, body = await _single_body(events)
+                status, body, single = await _single_body(events)
                 await self._start(send, status, JSON_TYPE)
                 await _chunk(send, body)
+                if single:
+                    self._sent()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_events(self, send: Send, events: AsyncIterator[tuple[int, bytes]]) -> None:
         first = await anext(events, None)
         await self._start(send, 200 if first is None else first[0], _EVENT_STREAM_TYPE)
         if first is not None:
-            await _chunk(send, first[1])
+            await self._send_event(send, first[1])
         async for _, event in events:
-            await _chunk(send, event)
+            await self._send_event(send, event)
+
+    async def _send_event(self, send: Send, event: bytes) -> None:
+        await _chunk(send, event)
+        if event:
+            self._sent()
+
+    def _capture(self, name: str, ns: int) -> None:
+        if self.trace is not None:
+            self.trace.capture(name, ns)
+
+    def _sent(self) -> None:
+        """A response went out: Triton 2.51 stamps a generate reply's sends with 0."""
+        self._capture("HTTP_SEND_START", 0)
+        self._capture("HTTP_SEND_END", 0)
 
     async def _events(self) -> AsyncGenerator[tuple[int, bytes], None]:
         """(status, body) per core response; an empty body for a bare final flag."""
@@ -144,8 +187,11 @@ class GenerateReply:
             except Exception as exc:  # noqa: BLE001 - every failure becomes an error event
                 if not isinstance(exc, WorkbenchError):
                     log.exception("a streamed inference failed", exc_info=exc)
+                if self.trace is not None:
+                    tracing.response_complete(self.trace)
                 yield _ERROR_RESPONSE_STATUS, self._frame(_error_json(error_message(exc)))
                 return
+            self._capture("INFER_RESPONSE_COMPLETE", time.monotonic_ns())
             yield self._event(response)
             if response.final:
                 return
@@ -167,16 +213,18 @@ class GenerateReply:
         self.started = True
 
 
-async def _single_body(events: AsyncIterator[tuple[int, bytes]]) -> tuple[int, bytes]:
-    """The status of the first event and the one response (Triton's error unless exactly 1)."""
+async def _single_body(events: AsyncIterator[tuple[int, bytes]]) -> tuple[int, bytes, bool]:
+    """The status of the first event and the one response (Triton's error unless exactly 1),
+    and whether there was exactly one."""
     status: int | None = None
     bodies: list[bytes] = []
     async for event_status, body in events:
         status = event_status if status is None else status
         if body:
             bodies.append(body)
-    body = bodies[0] if len(bodies) == 1 else _error_json(_NOT_ONE_RESPONSE)
-    return 200 if status is None else status, body
+    single = len(bodies) == 1
+    body = bodies[0] if single else _error_json(_NOT_ONE_RESPONSE)
+    return 200 if status is None else status, body, single
 
 
 def _error_json(message: str) -> bytes:

@@ -43,7 +43,7 @@ def input_metadata(metadata: dict[str, Any]) -> InputMetadata:
 
 
 def decode_generate_request(
-    body: bytes | bytearray, model_name: str, model_version: str, inputs: InputMetadata
+    body: bytes | bytearray | memoryview, model_name: str, model_version: str, inputs: InputMetadata
 ) -> InferRequest:
     """The inference request a generate body stands for (every output, as JSON)."""
     document = _json.loads(body)

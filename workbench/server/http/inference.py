@@ -21,6 +21,7 @@ from workbench.server.classification import classify_outputs
 from workbench.server.http import compression, tracing
 from workbench.server.http.messages import (
     METHOD_NOT_ALLOWED,
+    Body,
     Headers,
     HttpRequest,
     Reply,
@@ -104,7 +105,7 @@ class InferEndpoint:
 
     def _decode(
         self,
-        body: bytes | bytearray,
+        body: Body,
         header_length: int | None,
         model: str,
         version: str,
@@ -160,7 +161,7 @@ class InferEndpoint:
         version: str,
         encoding: bytes | None,
         length: bytes | None,
-    ) -> tuple[ModelConfig, bytes | bytearray, int | None]:
+    ) -> tuple[ModelConfig, Body, int | None]:
         """Triton's checks before the body is parsed: model, decoupled, encoding, header."""
         config: ModelConfig = self.core.model_config(model, version)
         if config.model_transaction_policy.decoupled:

@@ -20,6 +20,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 Headers = list[tuple[bytes, bytes]]
+#: a request body: ``bytes`` as httptools hands it, or a read-only view of a large body read in
+#: place (``connection._BodyReader``)
+Body = bytes | bytearray | memoryview
 JSON_TYPE = (b"content-type", b"application/json")
 #: Triton leaves some replies with evhtp's default type: health, ready, 404/405, early errors.
 TEXT_TYPE = (b"content-type", b"text/plain")
@@ -32,7 +35,7 @@ class HttpRequest:
     method: str
     path: str
     headers: Headers
-    body: bytes | bytearray = b""
+    body: Body = b""
     #: answered instead of served (a body over the size limit, refused while it arrived)
     refusal: Exception | None = None
     #: when its first bytes and its end arrived (``time.monotonic_ns``), taken only while

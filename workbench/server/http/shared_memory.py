@@ -22,7 +22,7 @@ _OFFSET = "shared_memory_offset"
 _BYTE_SIZE = "shared_memory_byte_size"
 
 
-def register_arguments(body: bytes | bytearray) -> tuple[str, int, int]:
+def register_arguments(body: bytes | bytearray | memoryview) -> tuple[str, int, int]:
     """``key``, ``offset`` and ``byte_size`` of a register request's JSON body."""
     document = _json.loads(body)
     if not isinstance(document, dict) or "key" not in document:

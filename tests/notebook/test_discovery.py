@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from workbench.errors import NotFoundError
-from workbench.jupyter import discovery
+from workbench.notebook import discovery
 
 
 def info(jupyter_pid: int, server_pid: int, started: str) -> dict[str, Any]:
