@@ -105,6 +105,10 @@ def _is_flag_only(response: InferResponse) -> bool:
     return response.final and not response.outputs and not response.parameters
 
 
+#: replies' closing work still running after their task was cancelled (see ``_send_guarded``)
+_FINISHING: set[asyncio.Future[None]] = set()
+
+
 class GenerateReply:
     """The reply of a generate request: sent as the core's responses arrive."""
 
@@ -139,9 +143,18 @@ class GenerateReply:
             else:
                 log.exception("generate stream failed after its reply started", exc_info=exc)
         finally:
-            await _close(self.responses)
-            if self.trace is not None:  # the core reported it when its stream closed
-                self.trace.release()
+            # Shielded: the client may hang up as soon as it has the reply, and ``respond``
+            # then cancels this task; the core's stream must still close (ending its
+            # execution's bookkeeping and reporting its trace) and the trace be written.
+            finishing = asyncio.ensure_future(self._finish())
+            _FINISHING.add(finishing)  # held until done: a cancelled waiter drops its reference
+            finishing.add_done_callback(_FINISHING.discard)
+            await asyncio.shield(finishing)
+
+    async def _finish(self) -> None:
+        await _close(self.responses)
+        if self.trace is not None:  # the core reported it when its stream closed
+            self.trace.release()
 
     async def _send(self, send: Send) -> None:
         async with contextlib.aclosing(self._events()) as events:
