@@ -82,6 +82,19 @@ def test_ensemble_steps_are_children_written_before_their_parent_once() -> None:
     assert "COMPUTE_START" not in stamps(entries, 1)
 
 
+def test_children_come_first_even_when_their_parent_reported_nothing_before_them() -> None:
+    """A gRPC request's own timestamps are reported once it is answered, after a BLS call's."""
+    sink, traces = record()
+    parent = traces.new_trace()
+    child = parent.spawn()
+    child.report_request("add_one", 1, "", times())
+    parent.report_request("bls", 1, "r", times())
+    parent.capture("GRPC_WAITREAD_START", 1)
+    parent.release()
+    (entries,) = sink.written
+    assert [e["id"] for e in entries] == [2] * 8 + [1] * 9
+
+
 def test_level_tensors_alone_writes_tensors_but_no_timestamps() -> None:
     sink, traces = record(TraceLevel.TENSORS)
     trace = traces.new_trace()

@@ -18,6 +18,22 @@ from workbench.backends.exit_deadline import ExitDeadline
 from workbench.errors import WorkbenchError
 
 
+class RequestTrace(Protocol):
+    """A traced request's trace as a backend passes it on (``core.trace.InferenceTrace``
+    satisfies it): a python model's BLS call made with ``trace=request.trace()`` hands it back
+    to the ``InferenceClient``, which traces the BLS request as its child (``parent_id``)."""
+
+    @property
+    def id(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRef:
+    """A trace known by its id alone: what a stub process holds of its requests' traces."""
+
+    id: int
+
+
 class ExecRequest(Protocol):
     """One inference request as a backend sees it (``core.InferRequest`` satisfies this)."""
 
@@ -29,6 +45,11 @@ class ExecRequest(Protocol):
     #: Set only for requests to decoupled models: every response goes through it (and
     #: whatever ``execute`` returns for such a request is ignored). See ``ResponseSender``.
     respond: ResponseSender | None
+
+    @property
+    def trace(self) -> RequestTrace | None:
+        """The request's trace when it is traced."""
+        ...
 
 
 @dataclass(slots=True)
@@ -66,8 +87,11 @@ class InferenceClient(Protocol):
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> list[Tensor]:
-        """Run an inference on this server from a worker thread; raises ``WorkbenchError``."""
+        """Run an inference on this server from a worker thread; raises ``WorkbenchError``.
+
+        ``trace``: the calling request's trace; the inference is then traced as its child."""
         ...
 
     def infer_stream_sync(
@@ -79,8 +103,10 @@ class InferenceClient(Protocol):
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> Iterator[tuple[ExecResult, bool]]:
-        """Every response of a request, as ``(result, final)``, from a worker thread.
+        """Every response of a request, as ``(result, final)``, from a worker thread
+        (``trace`` as for ``infer_sync``).
 
         For ``exec(decoupled=True)``: several responses for a decoupled model, one for any
         other. The last has ``final`` set; a final result with no outputs is Triton's "complete,

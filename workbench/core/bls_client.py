@@ -18,10 +18,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, 
 from typing import Any, Protocol, TypeVar
 
 from workbench._types import Parameters, Tensor
-from workbench.backends.base import ExecResult
+from workbench.backends.base import ExecResult, RequestTrace
 from workbench.core.lifecycle import ModelManager
 from workbench.core.model import BackendModel
 from workbench.core.request import InferRequest, InferResponse
+from workbench.core.trace import InferenceTrace
 from workbench.errors import InternalError, WorkbenchError
 
 T = TypeVar("T")
@@ -56,9 +57,10 @@ class CoreClient:
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> list[Tensor]:
         request = _request(model_name, inputs, model_version, requested_outputs, parameters)
-        return self._call(self._infer(request), timeout_s).outputs
+        return self._call(self._infer(request, trace), timeout_s).outputs
 
     def infer_stream_sync(
         self,
@@ -69,10 +71,11 @@ class CoreClient:
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> Iterator[tuple[ExecResult, bool]]:
         request = _request(model_name, inputs, model_version, requested_outputs, parameters)
         sent = self._sent(request)
-        responses = self._call(self._open_stream(request, sent), timeout_s)
+        responses = self._call(self._open_stream(request, sent, trace), timeout_s)
         if isinstance(responses, ExecResult):  # refused at the call
             yield responses, True
             return
@@ -94,8 +97,10 @@ class CoreClient:
         return self._core.model_ready(model_name, version)
 
     # -- on the loop ---------------------------------------------------------------------------
-    async def _infer(self, request: InferRequest) -> InferResponse:
+    async def _infer(self, request: InferRequest, parent: RequestTrace | None) -> InferResponse:
         sent = self._sent(request)
+        if parent is not None:
+            request.trace = _child(parent)
         try:
             return await self._core.infer(request)
         except WorkbenchError as exc:
@@ -106,8 +111,10 @@ class CoreClient:
         return dataclasses.replace(request, inputs=dict(request.inputs))
 
     async def _open_stream(
-        self, request: InferRequest, sent: InferRequest
+        self, request: InferRequest, sent: InferRequest, parent: RequestTrace | None
     ) -> AsyncIterator[InferResponse] | ExecResult:
+        if parent is not None:
+            request.trace = _child(parent)
         try:
             return self._core.infer_stream(request)
         except WorkbenchError as exc:
@@ -151,6 +158,14 @@ _DECOUPLED = (
     "using the decoupled transaction policy. Please use 'decoupled=True' argument to the "
     "'exec' or 'async_exec' calls for decoupled models.'"
 )
+
+
+def _child(parent: RequestTrace) -> InferenceTrace | None:
+    """The trace of a BLS request made with ``trace=request.trace()`` (spawned on the loop,
+    as an ensemble's steps are): a child of the calling request's, written with it, which the
+    core reports like any traced request's. Python models hand back what they were given, so
+    a trace that is not this core's (there is none) traces nothing."""
+    return parent.spawn() if isinstance(parent, InferenceTrace) else None
 
 
 def _wrapped(name: str, why: str) -> InternalError:

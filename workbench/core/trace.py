@@ -115,11 +115,13 @@ class TraceRecord:
 
         Triton keeps the ids in a ``std::unordered_map`` and writes them in its iteration order,
         which for the few consecutive ids of one request is the reverse of their creation
-        (ensemble steps first, the request itself last)."""
+        (ensemble steps and BLS calls first, the request itself last). Ids are created in that
+        order; the order entries were reported in is not it (the gRPC front end reports its
+        timestamps once the request is answered, after its children's)."""
         if self.released:
             return
         self.released = True
-        streams = [",".join(entries) for entries in reversed(self.streams.values())]
+        streams = [",".join(self.streams[i]) for i in sorted(self.streams, reverse=True)]
         if streams:
             self.sink.write_trace(",".join(streams))
 

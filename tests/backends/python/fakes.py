@@ -14,6 +14,8 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str] | None]] = []
+        #: the ``trace`` of each call (the calling request's, or None)
+        self.traces: list[object] = []
 
     def infer_sync(
         self,
@@ -24,7 +26,9 @@ class FakeClient:
         requested_outputs: Sequence[str] | None = None,
         parameters: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        trace: object = None,
     ) -> list[Tensor]:
+        self.traces.append(trace)
         self.calls.append((model_name, list(requested_outputs) if requested_outputs else None))
         if model_name != "double":
             raise NotFoundError(f"Request for unknown model: '{model_name}' is not found")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.backends.model_folders import request
+from workbench.backends.base import TraceRef
 from workbench.backends.python import pb_utils
 from workbench.backends.python._model_runner import ModelSpec
 from workbench.backends.python._stub_requests import ResponseWriter, failed_wires, read_pb_requests
@@ -24,6 +26,7 @@ from workbench.backends.python._wire_shm import (
     create_region_fd,
     read_arrays,
 )
+from workbench.core.trace import TraceLevel, TraceRecord
 from workbench.errors import InternalError, NotFoundError
 
 SPEC = ModelSpec("m", False, ("A", "B"), {"A": "INT32", "B": "FP32"})
@@ -44,7 +47,7 @@ def test_requests_come_out_as_pb_utils_requests(region: Region) -> None:
     plain = request({"X": x}, request_id="one")
     sequenced = request({"X": x, "S": np.array([b"a", b""], dtype=np.object_)}, ["B"])
     sequenced.parameters.update(sequence_id=7, sequence_start=True, custom="v")
-    block, wires = write_requests(BlockWriter(region), [plain, sequenced], [11, 12])
+    block, wires = write_requests(BlockWriter(region), [plain, sequenced], [11, 12], {})
 
     first, second = read_pb_requests(region, block, wires, SPEC.outputs)
 
@@ -58,11 +61,38 @@ def test_requests_come_out_as_pb_utils_requests(region: Region) -> None:
     assert second.parameters() == '{"custom": "v"}'
     strings = pb_utils.get_input_tensor_by_name(second, "S")
     assert strings.triton_dtype() == 13 and strings.as_numpy().tolist() == [b"a", b""]
+    assert first.trace()._trace is None and second.trace()._trace is None  # untraced
+
+
+@pytest.mark.parametrize("parameters", [{}, {"custom": "v"}])
+def test_a_traced_requests_trace_id_reaches_the_stub_and_its_table(
+    region: Region, parameters: dict[str, str]
+) -> None:
+    x = np.arange(2, dtype=np.float32)
+    traced, untraced = request({"X": x}, **parameters), request({"X": x}, **parameters)
+    traced.trace = TraceRecord(_Discard(), TraceLevel.TIMESTAMPS, itertools.count(5)).new_trace()
+    table: dict[int, Any] = {}
+    block, wires = write_requests(BlockWriter(region), [traced, untraced], [1, 2], table)
+
+    first, second = read_pb_requests(region, block, wires, SPEC.outputs)
+
+    assert table == {5: traced.trace}
+    assert first.trace()._trace == TraceRef(5) and second.trace()._trace is None
+    bls = pb_utils.InferenceRequest(model_name="m", trace=first.trace())
+    assert bls._trace == TraceRef(5)
+    assert pb_utils.InferenceRequest(model_name="m")._trace is None
+    [alone] = read_pb_requests(region, *write_requests(BlockWriter(region), [traced], [3], {}), [])
+    assert alone.trace()._trace == TraceRef(5) and alone.trace().get_context() is None
+
+
+class _Discard:
+    def write_trace(self, text: str) -> None:
+        pass
 
 
 def test_big_inputs_keep_their_block_until_released(region: Region) -> None:
     big = np.ones(IN_PLACE_BYTES // 4 + 1, dtype=np.float32)
-    block, wires = write_requests(BlockWriter(region), [request({"X": big})], [1])
+    block, wires = write_requests(BlockWriter(region), [request({"X": big})], [1], {})
     [array] = read_arrays(region, block, wires[0][4])
     assert _live(region, block) and array.sum() == big.size
     del array
@@ -73,7 +103,7 @@ def test_big_inputs_keep_their_block_until_released(region: Region) -> None:
 def _round_trip(
     region: Region, responses: list[Any], requested: list[list[str] | None]
 ) -> list[Any]:
-    wires = [(i, "", names, {}, []) for i, names in enumerate(requested)]
+    wires = [(i, "", names, {}, [], 0) for i, names in enumerate(requested)]
     block, results = ResponseWriter(SPEC).write(BlockWriter(region), responses, wires)
     return read_results(region, block, results)
 

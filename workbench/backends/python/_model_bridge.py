@@ -8,7 +8,7 @@ from typing import Any
 
 from workbench._types import Parameters, Tensor
 from workbench.backends._batching import make_tensor
-from workbench.backends.base import ExecRequest, ExecResult, InferenceClient
+from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, RequestTrace
 from workbench.backends.python import pb_utils
 from workbench.backends.python._wire_shm import Part
 from workbench.config.dtypes import WIRE_TO_NUMPY
@@ -66,7 +66,12 @@ def to_pb_request(request: ExecRequest, all_outputs: Sequence[str]) -> pb_utils.
     from_wire = pb_utils.Tensor._from_wire
     inputs = [from_wire(t.name, t.datatype, t.array) for t in request.inputs.values()]
     return pb_request(
-        request.id, inputs, request.requested_outputs, request.parameters, all_outputs
+        request.id,
+        inputs,
+        request.requested_outputs,
+        request.parameters,
+        all_outputs,
+        request.trace,
     )
 
 
@@ -76,12 +81,13 @@ def pb_request(
     requested_outputs: list[str] | None,
     params: Parameters,
     all_outputs: Sequence[str],
+    trace: RequestTrace | None = None,
 ) -> pb_utils.InferenceRequest:
     """The ``pb_utils.InferenceRequest`` of a request's parts (the stub has no core request)."""
     # Triton's core fills in every output when the client names none.
     requested = list(requested_outputs or all_outputs)
     if not params:  # the common case: nothing to check or filter
-        return pb_utils.InferenceRequest._received(request_id, inputs, requested)
+        return pb_utils.InferenceRequest._received(request_id, inputs, requested, trace)
     flags = 0
     if params.get("sequence_start"):
         flags |= pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
@@ -94,6 +100,7 @@ def pb_request(
         requested_output_names=requested,
         flags=flags,
         timeout=int(params.get("timeout", 0)),
+        trace=pb_utils.InferenceTrace._of(trace),
         parameters={k: v for k, v in params.items() if k not in _RESERVED},
     )
 
@@ -184,4 +191,5 @@ def _call_options(request: pb_utils.InferenceRequest) -> dict[str, Any]:
         "requested_outputs": request.requested_output_names() or None,
         "parameters": dict(request._parameters),
         "timeout_s": timeout_us / 1e6 if timeout_us else None,
+        "trace": request._trace,
     }

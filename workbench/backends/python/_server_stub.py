@@ -44,6 +44,7 @@ from workbench.backends.python._wire_messages import (
     METRICS,
     REPLY,
     RESPONSE,
+    TraceTable,
     error_from_wire,
     error_to_wire,
     read_results,
@@ -131,6 +132,8 @@ class StubProcess:
         self._keys = itertools.count(1)
         self._open: dict[int, ExecRequest] = {}
         self._open_lock = threading.Lock()
+        #: the traces of the requests in the stub (BLS calls name them to be traced as children)
+        self._traces: TraceTable = {}
         self._stopping = False
         #: ended on purpose (``end``: the exit ran out of time): not to be restarted
         self.abandoned = False
@@ -224,7 +227,7 @@ class StubProcess:
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))
         decoupled = self.launch.spec.decoupled
-        block, wires = write_requests(self._to_stub, requests, tokens)
+        block, wires = write_requests(self._to_stub, requests, tokens, self._traces)
         if decoupled:  # open before the stub may answer: its responses name these tokens
             with self._open_lock:
                 self._open.update(zip(tokens, requests, strict=True))
@@ -234,8 +237,13 @@ class StubProcess:
             with self._open_lock:
                 for token in tokens:
                     self._open.pop(token, None)
+            self._forget(requests)
             raise StubGone from None
-        _, _, out_block, out_wires = self.channel.wait(key)
+        try:
+            _, _, out_block, out_wires = self.channel.wait(key)
+        finally:
+            if not decoupled:  # a decoupled request's trace lives until its final response
+                self._forget(requests)
         if decoupled:
             return [ExecResult() for _ in requests]
         return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
@@ -249,7 +257,10 @@ class StubProcess:
         if reader is None:
             return None
         reply = reader.expect(self._send_execute(requests))
-        _, _, out_block, out_wires = await reply
+        try:
+            _, _, out_block, out_wires = await reply
+        finally:
+            self._forget(requests)
         return read_results(self._from_stub, out_block, out_wires)  # type: ignore[return-value]
 
     def start_execute(
@@ -270,6 +281,7 @@ class StubProcess:
             return False
 
         def replied(reply: Message | None, error: BaseException | None) -> None:
+            self._forget(requests)
             if reply is None:
                 on_done(None, error)
                 return
@@ -302,12 +314,20 @@ class StubProcess:
         """Write the inputs and send the call; its key. ``StubGone`` when the child is gone."""
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))
-        block, wires = write_requests(self._to_stub, requests, tokens)
+        block, wires = write_requests(self._to_stub, requests, tokens, self._traces)
         try:
             self.channel.send((EXECUTE, key, block, wires))
         except ChannelClosed:
+            self._forget(requests)
             raise StubGone from None
         return key
+
+    def _forget(self, requests: Sequence[ExecRequest]) -> None:
+        """Drop the traces of answered requests (nothing to do when none was traced)."""
+        if self._traces:
+            for request in requests:
+                if request.trace is not None:
+                    self._traces.pop(request.trace.id, None)
 
     def _orphan(self, reply: Message) -> None:
         """The answer to a call whose caller was cancelled: release its shared memory."""
@@ -337,7 +357,11 @@ class StubProcess:
         [result] = read_results(self._from_stub, block, [wire])
         with self._open_lock:
             request = self._open.pop(token, None) if final else self._open.get(token)
-        if request is not None and request.respond is not None:
+        if request is None:
+            return
+        if final:
+            self._forget([request])
+        if request.respond is not None:
             request.respond(result, final)
 
     def _serve_call(self, message: Message) -> None:
@@ -363,13 +387,19 @@ class StubProcess:
             pass
 
     def _call(self, message: Message) -> tuple[str, list[Tensor], dict[str, Any]]:
-        """A ``BLS``/``BLS_STREAM`` message as ``InferenceClient`` arguments."""
-        _, _, block, model_name, version, descs, requested, parameters, timeout_s = message
+        """A ``BLS``/``BLS_STREAM`` message as ``InferenceClient`` arguments.
+
+        A call naming a trace id (``trace=request.trace()`` of a traced request still in the
+        stub) passes that request's trace: the core traces the call as its child."""
+        _, _, block, model_name, version, descs, requested, parameters, timeout_s, trace_id = (
+            message
+        )
         options = {
             "model_version": version,
             "requested_outputs": requested,
             "parameters": parameters,
             "timeout_s": timeout_s,
+            "trace": self._traces.get(trace_id) if trace_id else None,
         }
         return model_name, read_block(self._from_stub, block, descs), options
 
@@ -423,6 +453,7 @@ class StubProcess:
         with self._open_lock:
             requests = list(self._open.values())
             self._open.clear()
+        self._traces.clear()
         for request in requests:
             if request.respond is not None:
                 request.respond(ExecResult(error=error), True)

@@ -21,6 +21,7 @@ from workbench.backends.python._wire_messages import (
     RequestWire,
     ResultWire,
     error_to_wire,
+    trace_ref,
 )
 from workbench.backends.python._wire_shm import BlockWriter, Part, Region, TensorDesc, read_arrays
 from workbench.config.dtypes import WIRE_TO_NUMPY
@@ -35,15 +36,17 @@ def read_pb_requests(
 ) -> list[pb_utils.InferenceRequest]:
     """The ``pb_utils`` requests of an ``EXECUTE`` (``read_arrays``: when the block is freed)."""
     if len(wires) == 1:  # the common case, without the splitting
-        _, request_id, requested, parameters, descs = wires[0]
+        _, request_id, requested, parameters, descs, trace_id = wires[0]
         inputs = _tensors(descs, read_arrays(region, block, descs))
-        return [pb_request(request_id, inputs, requested, parameters, all_outputs)]
-    arrays = read_arrays(region, block, [desc for *_, descs in wires for desc in descs])
+        trace = trace_ref(trace_id)
+        return [pb_request(request_id, inputs, requested, parameters, all_outputs, trace)]
+    arrays = read_arrays(region, block, [desc for wire in wires for desc in wire[4]])
     requests, start = [], 0
-    for _, request_id, requested, parameters, descs in wires:
+    for _, request_id, requested, parameters, descs, trace_id in wires:
         end = start + len(descs)
         inputs = _tensors(descs, arrays[start:end])
-        requests.append(pb_request(request_id, inputs, requested, parameters, all_outputs))
+        trace = trace_ref(trace_id)
+        requests.append(pb_request(request_id, inputs, requested, parameters, all_outputs, trace))
         start = end
     return requests
 

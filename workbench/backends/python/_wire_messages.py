@@ -8,6 +8,10 @@ stub -> server: replies to those, ``RESPONSE`` (one response of a decoupled requ
 time), ``BLS``, ``BLS_STREAM`` and ``READY`` (calls into the server), ``LOG`` (a forwarded
 log record), ``METRICS`` (custom metric operations, usually in the same write as a reply).
 
+A request of ``EXECUTE`` carries its trace id (0 when untraced) and a ``BLS``/``BLS_STREAM``
+call the id of the request whose ``trace()`` it was given: the server traces the call as that
+request's child (``TraceTable``).
+
 Tensors never go through the socket: a message names a block of shared memory and carries
 each tensor's name, datatype, shape and offset (see ``_wire_shm``).
 """
@@ -19,7 +23,13 @@ from dataclasses import dataclass
 
 from workbench import errors
 from workbench._types import Parameters, Tensor
-from workbench.backends.base import ExecRequest, ExecResult, ResponseSender
+from workbench.backends.base import (
+    ExecRequest,
+    ExecResult,
+    RequestTrace,
+    ResponseSender,
+    TraceRef,
+)
 from workbench.backends.python._wire_shm import BlockWriter, Region, TensorDesc, read_block
 
 # Message kinds: small ints, which pickle and compare faster than names.
@@ -40,8 +50,11 @@ BLS_STREAM = 9
 ErrorWire = tuple[str, str] | None
 #: a result: (error, outputs, parameters, whether the error is the model's response)
 ResultWire = tuple[ErrorWire, list[TensorDesc], Parameters, bool]
-#: a request: (token, id, requested outputs, parameters, inputs)
-RequestWire = tuple[int, str, list[str] | None, Parameters, list[TensorDesc]]
+#: a request: (token, id, requested outputs, parameters, inputs, trace id: 0 when untraced)
+RequestWire = tuple[int, str, list[str] | None, Parameters, list[TensorDesc], int]
+#: the traces of the requests sent to one stub, by id: a BLS call naming one of them (its
+#: ``trace=request.trace()``) is traced as its child
+TraceTable = dict[int, RequestTrace]
 
 
 @dataclass(slots=True)
@@ -55,6 +68,7 @@ class StubRequest:
     respond: ResponseSender | None = None
     #: the server's handle on the request (decoupled responses name it)
     token: int = 0
+    trace: TraceRef | None = None
 
 
 def error_to_wire(error: BaseException | None) -> ErrorWire:
@@ -87,19 +101,27 @@ def _split(descs: list[TensorDesc], counts: list[int]) -> list[list[TensorDesc]]
 
 
 def write_requests(
-    writer: BlockWriter, requests: Sequence[ExecRequest], tokens: Sequence[int]
+    writer: BlockWriter, requests: Sequence[ExecRequest], tokens: Sequence[int], traces: TraceTable
 ) -> tuple[int, list[RequestWire]]:
-    """Put the inputs of ``requests`` into one block; the block and each request's wire form."""
+    """Put the inputs of ``requests`` into one block; the block and each request's wire form.
+
+    The traces of traced requests go into ``traces`` (the caller forgets them once answered)."""
     if len(requests) == 1:  # the common case, without the splitting
         request = requests[0]
         block, descs = writer.write(list(request.inputs.values()))
-        return block, [
-            (tokens[0], request.id, request.requested_outputs, request.parameters, descs)
-        ]
+        wire = (tokens[0], request.id, request.requested_outputs, request.parameters, descs)
+        return block, [(*wire, _trace_id(request, traces))]
     inputs = [list(request.inputs.values()) for request in requests]
     block, descs = writer.write([tensor for tensors in inputs for tensor in tensors])
     wires: list[RequestWire] = [
-        (token, request.id, request.requested_outputs, request.parameters, part)
+        (
+            token,
+            request.id,
+            request.requested_outputs,
+            request.parameters,
+            part,
+            _trace_id(request, traces),
+        )
         for token, request, part in zip(
             tokens, requests, _split(descs, [len(t) for t in inputs]), strict=True
         )
@@ -107,18 +129,35 @@ def write_requests(
     return block, wires
 
 
+def _trace_id(request: ExecRequest, traces: TraceTable) -> int:
+    """The id the stub knows ``request``'s trace by (0: untraced, the one check it costs)."""
+    trace = request.trace
+    if trace is None:
+        return 0
+    traces[trace.id] = trace
+    return trace.id
+
+
+def trace_ref(trace_id: int) -> TraceRef | None:
+    """The trace a stub's request carries, from its wire id."""
+    return TraceRef(trace_id) if trace_id else None
+
+
 def read_requests(region: Region, block: int, wires: list[RequestWire]) -> list[StubRequest]:
     """The requests of an ``EXECUTE`` message (see ``read_block`` for when the block is freed)."""
     if len(wires) == 1:  # the common case, without the splitting
-        token, request_id, requested, parameters, descs = wires[0]
+        token, request_id, requested, parameters, descs, trace_id = wires[0]
         inputs = {tensor.name: tensor for tensor in read_block(region, block, descs)}
-        return [StubRequest(request_id, inputs, requested, parameters, None, token)]
-    tensors = read_block(region, block, [desc for *_, descs in wires for desc in descs])
+        trace = trace_ref(trace_id)
+        return [StubRequest(request_id, inputs, requested, parameters, None, token, trace)]
+    tensors = read_block(region, block, [desc for wire in wires for desc in wire[4]])
     requests, start = [], 0
-    for token, request_id, requested, parameters, descs in wires:
+    for token, request_id, requested, parameters, descs, trace_id in wires:
         inputs = {tensor.name: tensor for tensor in tensors[start : start + len(descs)]}
         start += len(descs)
-        requests.append(StubRequest(request_id, inputs, requested, parameters, token=token))
+        request = StubRequest(request_id, inputs, requested, parameters, token=token)
+        request.trace = trace_ref(trace_id)
+        requests.append(request)
     return requests
 
 

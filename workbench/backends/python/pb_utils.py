@@ -15,7 +15,7 @@ import contextvars
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from workbench.backends.python._model_metrics import (
 from workbench.backends.python._model_sender import FINAL_FLAG, Deliver, InferenceResponseSender
 from workbench.config.dtypes import WIRE_TO_NUMPY, config_to_wire, wire_to_config_enum
 from workbench.threads import Work
+
+if TYPE_CHECKING:
+    from workbench.backends.base import RequestTrace
 
 TRITON_STRING_TO_NUMPY = {
     f"TYPE_{'STRING' if wire == 'BYTES' else wire}": (bool if wire == "BOOL" else dt.type)
@@ -244,6 +247,32 @@ class InferenceResponse:
         return json.dumps(self._parameters)
 
 
+class InferenceTrace:
+    """A request's trace (``request.trace()``), as Triton's ``c_python_backend_utils`` type.
+
+    A BLS request built with ``InferenceRequest(..., trace=request.trace())`` is traced as a
+    child of the request (``parent_id``) when the request is traced; without ``trace=`` a BLS
+    request is not traced (as in Triton 2.51, ``docs/triton-trace-facts.md``).
+    """
+
+    __slots__ = ("_trace",)
+
+    def __init__(self) -> None:
+        #: the backend's handle on the request's trace (None: the request is not traced)
+        self._trace: RequestTrace | None = None
+
+    @classmethod
+    def _of(cls, trace: RequestTrace | None) -> InferenceTrace:
+        made = cls()
+        made._trace = trace
+        return made
+
+    def get_context(self, key: str = "") -> str | None:
+        """The OpenTelemetry context the request propagates; always None here: spans are
+        built once the request is answered, so there is no live context to hand out."""
+        return None
+
+
 class InferenceRequest:
     """A request handed to ``execute``, or (built by the model) a BLS request to run."""
 
@@ -256,6 +285,8 @@ class InferenceRequest:
     _sender: InferenceResponseSender | None = None
     #: set by the backend for decoupled models: where sent responses go
     _deliver: Deliver | None = None
+    #: the request's trace (received), or the trace a BLS request is a child of
+    _trace: RequestTrace | None = None
 
     def __init__(
         self,
@@ -268,7 +299,7 @@ class InferenceRequest:
         flags: int = 0,
         timeout: int = 0,
         preferred_memory: PreferredMemory | None = None,
-        trace: Any = None,
+        trace: InferenceTrace | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
         if not isinstance(correlation_id, (int, str)):
@@ -287,10 +318,15 @@ class InferenceRequest:
         self._parameters: dict[str, Any] = dict(parameters or {})  # type: ignore[arg-type]
         self._sender = None
         self._deliver = None
+        self._trace = trace._trace if isinstance(trace, InferenceTrace) else None
 
     @classmethod
     def _received(
-        cls, request_id: str, inputs: list[Tensor], requested_output_names: list[str]
+        cls,
+        request_id: str,
+        inputs: list[Tensor],
+        requested_output_names: list[str],
+        trace: RequestTrace | None = None,
     ) -> InferenceRequest:
         """A request without parameters for ``execute``, from checked values the backend owns.
 
@@ -302,6 +338,7 @@ class InferenceRequest:
         request._inputs = inputs
         request._requested_output_names = requested_output_names
         request._parameters = {}
+        request._trace = trace
         return request
 
     def inputs(self) -> list[Tensor]:
@@ -336,9 +373,10 @@ class InferenceRequest:
         """The request parameters as a JSON string."""
         return json.dumps(self._parameters)
 
-    def trace(self) -> None:
-        """Tracing is not available to python models."""
-        return None
+    def trace(self) -> InferenceTrace:
+        """The request's trace: pass it to a BLS ``InferenceRequest(..., trace=...)`` to trace
+        that request as this one's child."""
+        return InferenceTrace._of(self._trace)
 
     def is_cancelled(self) -> bool:
         """Always False: cancellation does not reach python models yet."""
@@ -467,6 +505,7 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 __all__ = [
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceTrace",
     "ResponseIterator",
     "InferenceResponseSender",
     "Logger",

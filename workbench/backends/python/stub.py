@@ -25,7 +25,7 @@ from typing import Any
 
 from workbench import threads
 from workbench._types import Parameters, Tensor
-from workbench.backends.base import ExecResult
+from workbench.backends.base import ExecResult, RequestTrace
 from workbench.backends.python import pb_utils
 from workbench.backends.python._model_loader import load_module
 from workbench.backends.python._model_metrics import install_sink
@@ -72,14 +72,27 @@ class StubClient:
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> list[Tensor]:
         """Run an inference on the server; raises the server's ``WorkbenchError``."""
         stub = self._stub
         key = stub.new_key()
         block, descs = stub.writer.write(list(inputs))
         requested = list(requested_outputs) if requested_outputs else None
+        trace_id = 0 if trace is None else trace.id
         stub.channel.send(
-            (BLS, key, block, model_name, model_version, descs, requested, parameters, timeout_s)
+            (
+                BLS,
+                key,
+                block,
+                model_name,
+                model_version,
+                descs,
+                requested,
+                parameters,
+                timeout_s,
+                trace_id,
+            )
         )
         _, _, error, out_block, out_descs = stub.channel.wait(key)
         failure = error_from_wire(error)
@@ -96,12 +109,14 @@ class StubClient:
         requested_outputs: Sequence[str] | None = None,
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
+        trace: RequestTrace | None = None,
     ) -> Iterator[tuple[ExecResult, bool]]:
         """Every response of a decoupled BLS call, as the server sends them (``BLS_STREAM``)."""
         stub = self._stub
         key = stub.new_key()
         block, descs = stub.writer.write(list(inputs))
         requested = list(requested_outputs) if requested_outputs else None
+        trace_id = 0 if trace is None else trace.id
         stub.channel.send(
             (
                 BLS_STREAM,
@@ -113,6 +128,7 @@ class StubClient:
                 requested,
                 parameters,
                 timeout_s,
+                trace_id,
             )
         )
         for n in itertools.count():
