@@ -12,9 +12,7 @@ other not at all (``docs/triton-trace-facts.md``, "Streams, generate, BLS and ca
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +20,19 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, gather_models
+from tests.integration.peers import REPO_ROOT, Peers, gather_models
 from tests.integration.test_conformance_trace import (
     _assert_lived_in_order,
     _http,
     _structure,
-    _wait_for,
 )
-from workbench.server.hosting import Server
+from tests.integration.trace_cases import Found, run_cases, traced_pair
 
 pytestmark = [pytest.mark.integration, pytest.mark.conformance]
 
 ASSETS = REPO_ROOT / "tests" / "assets"
 MODELS = {"add_one": ASSETS / "conformance_repo", "bls_traced": ASSETS / "trace_bls_repo"}
 IN_PROCESS = 'parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }\n'
-FLAGS = ["level=TIMESTAMPS", "rate=1", "triton,log-frequency=1"]
 
 
 def _repository(destination: Path) -> Path:
@@ -48,41 +44,6 @@ def _repository(destination: Path) -> Path:
     text = config.read_text().replace('name: "bls_traced"', 'name: "bls_traced_in_process"')
     config.write_text(text + IN_PROCESS)
     return repository
-
-
-@contextmanager
-def _pair(peers: Peers, workdir: Path) -> Iterator[list[tuple[int, str, Path]]]:
-    """(HTTP port, gRPC address, trace file) of real Triton, then of ours."""
-    files = {}
-    for side in ("real", "ours"):
-        (workdir / side / "trace").mkdir(parents=True)
-        files[side] = workdir / side / "trace" / "trace.json"
-    trace_args = [f"triton,file={files['real']}", *FLAGS]
-    real = TritonServerProcess(
-        peers,
-        _repository(workdir / "real" / "repo"),
-        log_path=workdir / "tritonserver.log",
-        extra_args=[arg for flag in trace_args for arg in ("--trace-config", flag)],
-    )
-    ours = Server(
-        _repository(workdir / "ours" / "repo"),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        model_control_mode="explicit",
-        load_model=["*"],
-        trace_config=[f"triton,file={files['ours']}", *FLAGS],
-    )
-    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(real.start)
-        stack.callback(real.stop)
-        ours.start()
-        stack.callback(ours.stop)
-        starting.result()
-        yield [
-            (real.http_port, real.grpc_url, files["real"]),
-            (ours.http_port, ours.grpc_url, files["ours"]),
-        ]
 
 
 def _post(model: str, request_id: str) -> Callable[..., Any]:
@@ -115,24 +76,14 @@ TRACED: list[tuple[str, Callable[..., Any]]] = [
 
 
 @pytest.fixture(scope="module")
-def traced_files(
-    peers: Peers, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, list[tuple[str, list[dict[str, Any]], Any]]]:
+def traced_files(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> Found:
     """For each case of TRACED: (file name, its entries, the call's answer) per server."""
-    found: dict[str, list[tuple[str, list[dict[str, Any]], Any]]] = {n: [] for n, _ in TRACED}
-    with _pair(peers, tmp_path_factory.mktemp("trace_bls")) as sides:
-        for port, address, base in sides:
-            for index, (name, call) in enumerate(TRACED):
-                answer = call(port, address)
-                path = base.with_name(f"{base.name}.{index}")
-                found[name].append((path.name, _wait_for(path), answer))
-    return found
+    pair = traced_pair(peers, tmp_path_factory.mktemp("trace_bls"), _repository)
+    return run_cases(pair, TRACED)
 
 
 @pytest.mark.parametrize("case", [name for name, _ in TRACED])
-def test_trace_file_has_tritons_traces(
-    case: str, traced_files: dict[str, list[tuple[str, list[dict[str, Any]], Any]]]
-) -> None:
+def test_trace_file_has_tritons_traces(case: str, traced_files: Found) -> None:
     (real_name, real, real_answer), (our_name, ours, our_answer) = traced_files[case]
     assert our_answer == real_answer
     assert our_name == real_name
@@ -143,7 +94,7 @@ def test_trace_file_has_tritons_traces(
 
 
 def test_only_the_call_made_with_trace_is_a_child_written_first(
-    traced_files: dict[str, list[tuple[str, list[dict[str, Any]], Any]]],
+    traced_files: Found,
 ) -> None:
     for case, _ in TRACED:
         caller = "bls_traced_in_process" if "in_process" in case else "bls_traced"

@@ -12,9 +12,7 @@ traces (headers, timestamp names per trace, counted) as real Triton's, as in
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +20,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, gather_models
+from tests.integration.peers import REPO_ROOT, Peers, gather_models
 from tests.integration.scheduling_harness import _cache_directory
 from tests.integration.test_conformance_trace import (
     _assert_lived_in_order,
     _http,
     _structure,
-    _wait_for,
 )
-from workbench.server.hosting import Server
+from tests.integration.trace_cases import Found, run_cases, traced_pair
 
 pytestmark = [pytest.mark.integration, pytest.mark.conformance]
 
@@ -41,49 +38,19 @@ MODELS = {
     "cached_add_one": ASSETS / "scheduling_repo",
 }
 CACHE_BYTES = 1 << 20
-FLAGS = ["level=TIMESTAMPS", "rate=1", "triton,log-frequency=1"]
 
 
-@contextmanager
-def _pair(peers: Peers, workdir: Path) -> Iterator[list[tuple[int, str, Path]]]:
-    """(HTTP port, gRPC address, trace file) of real Triton, then of ours, both with a
-    response cache."""
-    files = {}
-    for side in ("real", "ours"):
-        (workdir / side / "trace").mkdir(parents=True)
-        files[side] = workdir / side / "trace" / "trace.json"
+def _pair(peers: Peers, workdir: Path) -> Any:
+    """Both servers traced, both with a response cache."""
     caches = _cache_directory(peers, workdir / "caches")
-    trace_args = [f"triton,file={files['real']}", *FLAGS]
-    real = TritonServerProcess(
+    cache_args = [f"--cache-config=local,size={CACHE_BYTES}", f"--cache-directory={caches}"]
+    return traced_pair(
         peers,
-        gather_models(MODELS, workdir / "real" / "repo"),
-        log_path=workdir / "tritonserver.log",
-        extra_args=[
-            *(arg for flag in trace_args for arg in ("--trace-config", flag)),
-            f"--cache-config=local,size={CACHE_BYTES}",
-            f"--cache-directory={caches}",
-        ],
-    )
-    ours = Server(
-        gather_models(MODELS, workdir / "ours" / "repo"),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        model_control_mode="explicit",
-        load_model=["*"],
+        workdir,
+        lambda folder: gather_models(MODELS, folder),
+        cache_args,
         cache_size=CACHE_BYTES,
-        trace_config=[f"triton,file={files['ours']}", *FLAGS],
     )
-    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(real.start)
-        stack.callback(real.stop)
-        ours.start()
-        stack.callback(ours.stop)
-        starting.result()
-        yield [
-            (real.http_port, real.grpc_url, files["real"]),
-            (ours.http_port, ours.grpc_url, files["ours"]),
-        ]
 
 
 def _input(name: str, values: np.ndarray) -> grpcclient.InferInput:
@@ -150,24 +117,13 @@ TRACED: list[tuple[str, Callable[..., Any]]] = [
 
 
 @pytest.fixture(scope="module")
-def traced_files(
-    peers: Peers, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, list[tuple[str, list[dict[str, Any]], Any]]]:
+def traced_files(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> Found:
     """For each case of TRACED: (file name, its entries, the call's answer) per server."""
-    found: dict[str, list[tuple[str, list[dict[str, Any]], Any]]] = {n: [] for n, _ in TRACED}
-    with _pair(peers, tmp_path_factory.mktemp("trace_streams")) as sides:
-        for port, address, base in sides:
-            for index, (name, call) in enumerate(TRACED):
-                answer = call(port, address)
-                path = base.with_name(f"{base.name}.{index}")
-                found[name].append((path.name, _wait_for(path), answer))
-    return found
+    return run_cases(_pair(peers, tmp_path_factory.mktemp("trace_streams")), TRACED)
 
 
 @pytest.mark.parametrize("case", [name for name, _ in TRACED])
-def test_trace_file_has_tritons_traces(
-    case: str, traced_files: dict[str, list[tuple[str, list[dict[str, Any]], Any]]]
-) -> None:
+def test_trace_file_has_tritons_traces(case: str, traced_files: Found) -> None:
     (real_name, real, real_answer), (our_name, ours, our_answer) = traced_files[case]
     assert our_answer == real_answer
     assert our_name == real_name

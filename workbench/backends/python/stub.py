@@ -63,6 +63,27 @@ class StubClient:
     def __init__(self, stub: Stub) -> None:
         self._stub = stub
 
+    def _send(
+        self,
+        kind: int,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        model_version: int,
+        requested_outputs: Sequence[str] | None,
+        parameters: Parameters | None,
+        timeout_s: float | None,
+        trace: RequestTrace | None,
+    ) -> int:
+        """Send a BLS call (``BLS`` or ``BLS_STREAM``), its inputs in shared memory; its key."""
+        stub = self._stub
+        key = stub.new_key()
+        block, descs = stub.writer.write(list(inputs))
+        requested = list(requested_outputs) if requested_outputs else None
+        trace_id = 0 if trace is None else trace.id
+        call = (kind, key, block, model_name, model_version, descs, requested, parameters)
+        stub.channel.send((*call, timeout_s, trace_id))
+        return key
+
     def infer_sync(
         self,
         model_name: str,
@@ -76,23 +97,8 @@ class StubClient:
     ) -> list[Tensor]:
         """Run an inference on the server; raises the server's ``WorkbenchError``."""
         stub = self._stub
-        key = stub.new_key()
-        block, descs = stub.writer.write(list(inputs))
-        requested = list(requested_outputs) if requested_outputs else None
-        trace_id = 0 if trace is None else trace.id
-        stub.channel.send(
-            (
-                BLS,
-                key,
-                block,
-                model_name,
-                model_version,
-                descs,
-                requested,
-                parameters,
-                timeout_s,
-                trace_id,
-            )
+        key = self._send(
+            BLS, model_name, inputs, model_version, requested_outputs, parameters, timeout_s, trace
         )
         _, _, error, out_block, out_descs = stub.channel.wait(key)
         failure = error_from_wire(error)
@@ -113,23 +119,15 @@ class StubClient:
     ) -> Iterator[tuple[ExecResult, bool]]:
         """Every response of a decoupled BLS call, as the server sends them (``BLS_STREAM``)."""
         stub = self._stub
-        key = stub.new_key()
-        block, descs = stub.writer.write(list(inputs))
-        requested = list(requested_outputs) if requested_outputs else None
-        trace_id = 0 if trace is None else trace.id
-        stub.channel.send(
-            (
-                BLS_STREAM,
-                key,
-                block,
-                model_name,
-                model_version,
-                descs,
-                requested,
-                parameters,
-                timeout_s,
-                trace_id,
-            )
+        key = self._send(
+            BLS_STREAM,
+            model_name,
+            inputs,
+            model_version,
+            requested_outputs,
+            parameters,
+            timeout_s,
+            trace,
         )
         for n in itertools.count():
             _, _, error, out_block, out_descs, params, final = stub.channel.wait((key, n))

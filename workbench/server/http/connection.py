@@ -17,7 +17,7 @@ clock read per reply), and the timer, when it fires early, re-arms itself at the
 
 A body of ``_READ_IN_PLACE_FROM`` bytes or more whose ``Content-Length`` is given and that does
 not arrive in the read that ended its head is read straight into one buffer: the connection
-lends its transport to a ``_BodyReader`` (an ``asyncio.BufferedProtocol``) until the body is
+lends its transport to a ``BodyReader`` (an ``asyncio.BufferedProtocol``) until the body is
 in, so no chunk of it becomes a ``bytes`` object and nothing joins them (issue #17). httptools
 never sees those bytes; the next request is parsed by a fresh parser. A chunked body, or one
 refused for its size, takes the path of any other body.
@@ -33,16 +33,16 @@ import asyncio
 import functools
 import logging
 import math
-import mmap
 import socket
 import time
 from collections import deque
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import httptools
 
+from workbench.server.http.body_reader import BodyReader, next_parser
 from workbench.server.http.limits import DEFAULT_LIMITS, HttpLimits
 from workbench.server.http.messages import Body, HttpRequest, Message, Reply, error_reply
 from workbench.server.http.tracing import http_sent
@@ -68,7 +68,7 @@ _METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b
 #: a reply body under this size is joined to its head and written in one piece (one buffer
 #: costs the transport less); a bigger one is written after it as it is, uncopied
 _JOIN_BELOW = 64 * 1024
-#: a body of at least this many bytes, with its length given, is read in place (``_BodyReader``)
+#: a body of at least this many bytes, with its length given, is read in place (``BodyReader``)
 _READ_IN_PLACE_FROM = 64 * 1024
 
 
@@ -167,7 +167,7 @@ class HttpConnection(asyncio.Protocol):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         #: the body's first chunk; ``more`` holds the rest when it came in several (the whole
-        #: body, read-only, when ``_BodyReader`` read it)
+        #: body, read-only, when ``BodyReader`` read it)
         self.body: Body = b""
         self.more: list[Body] | None = None
         #: the error to answer instead of serving (a body over the size limit)
@@ -355,7 +355,7 @@ class HttpConnection(asyncio.Protocol):
         if self.transport is None or self._stopped() or self._header(b"transfer-encoding"):
             return
         received = (self.more or [self.body]) if self.body else []
-        self.transport.set_protocol(_BodyReader(self, self.length, received))
+        self.transport.set_protocol(BodyReader(self, self.length, received))
 
     def _header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lower case) of the request being read, or ``None``."""
@@ -365,14 +365,14 @@ class HttpConnection(asyncio.Protocol):
         return None
 
     def body_read(self, body: memoryview) -> None:
-        """``_BodyReader`` has the whole body: queue the request, and parse from here on with
+        """``BodyReader`` has the whole body: queue the request, and parse from here on with
         a fresh parser (the one that read the head still waits for the body)."""
         assert self.transport is not None
         self.transport.set_protocol(self)
         keep_alive, method = self.parser.should_keep_alive(), self.parser.get_method()
         self.body, self.more = body, None
         self.on_message_complete()
-        self.parser = _next_parser(self, keep_alive, method)
+        self.parser = next_parser(self, keep_alive, method)
 
     def on_message_complete(self) -> None:
         method = self.parser.get_method()
@@ -482,50 +482,6 @@ class HttpConnection(asyncio.Protocol):
         self.closing = True
         if not self.busy:
             self._close()
-
-
-class _BodyReader(asyncio.BufferedProtocol):
-    """The transport's protocol while the rest of a large body arrives: each read lands in
-    the body's own buffer (fresh anonymous memory, not zeroed first) at its place."""
-
-    def __init__(self, connection: HttpConnection, length: int, received: list[Body]) -> None:
-        self.connection = connection
-        self.buffer = memoryview(mmap.mmap(-1, length))
-        self.filled = 0
-        for chunk in received:  # what came in the read that ended the head, and since
-            self.buffer[self.filled : self.filled + len(chunk)] = chunk
-            self.filled += len(chunk)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        # No further than the body's end: what follows it is the connection's to parse.
-        return self.buffer[self.filled :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.filled += nbytes
-        if self.filled == len(self.buffer):
-            self.connection.body_read(self.buffer.toreadonly())
-
-    def eof_received(self) -> bool | None:
-        return self.connection.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.connection.connection_lost(exc)
-
-
-def _next_parser(connection: HttpConnection, keep_alive: bool, method: bytes) -> Any:
-    """A parser for what follows a body read in place, in the state the body's own parser
-    would be in: ready for the next request, or (after a request that closes the connection)
-    refusing any more bytes, which it learns from a request it is fed with no one listening."""
-    if keep_alive:
-        return httptools.HttpRequestParser(connection)
-    parser = httptools.HttpRequestParser(_Deaf())
-    verb = method if method in _METHODS else b"POST"
-    parser.feed_data(verb + b" / HTTP/1.1\r\nconnection: close\r\n\r\n")
-    return parser
-
-
-class _Deaf:
-    """Parser callbacks that hear nothing (see ``_next_parser``)."""
 
 
 class _StreamSender:
