@@ -296,8 +296,10 @@ TRACED = [
 
 
 def _wait_for(path: Path) -> list[dict[str, Any]]:
+    """The entries of a file written whole (one trace per file): tritonserver creates the
+    file before it writes the array, so under load a reader can find it empty."""
     deadline = time.monotonic() + FILE_WAIT_S
-    while not path.exists():
+    while not (path.exists() and path.read_text(errors="replace").rstrip().endswith("]")):
         assert time.monotonic() < deadline, f"{path} was not written"
         time.sleep(0.02)
     return read_trace_file(path)
