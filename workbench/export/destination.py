@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from workbench._process import process_alive
 from workbench.errors import InvalidArgumentError, MissingDependencyError
 from workbench.repository.versions import version_folders
 
@@ -143,18 +144,8 @@ def _remove_stale_stages(dest: Path) -> None:
     """Stage folders of promotes whose process is gone (killed mid-way)."""
     for entry in dest.parent.glob(f".{dest.name}{_STAGE_MARK}*"):
         pid_text = entry.name[len(f".{dest.name}{_STAGE_MARK}") :].split("-", 1)[0]
-        if entry.is_dir() and pid_text.isdigit() and not _alive(int(pid_text)):
+        if entry.is_dir() and pid_text.isdigit() and not process_alive(int(pid_text)):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class FsspecDestination:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from workbench._process import process_alive
 from workbench.errors import NotFoundError, UnavailableError
 
 #: the environment variable naming the discovery file of the Jupyter server that set it
@@ -54,7 +55,7 @@ class RunningServer:
             server = cls(path=path, **{name: data[name] for name in names})
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        alive = _alive(server.jupyter_pid) and _alive(server.server_pid)
+        alive = process_alive(server.jupyter_pid) and process_alive(server.server_pid)
         return server if alive else None
 
 
@@ -169,16 +170,6 @@ def running_server(folder: Path | None = None) -> RunningServer:
             "(c.Workbench.model_repository, or model_repository/ under the Jupyter root)"
         )
     return found[0]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 __all__ = [
