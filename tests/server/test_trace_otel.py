@@ -7,7 +7,6 @@ models); ``Server(trace_config=[...])`` takes the flags ``workbench serve --trac
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from tests.integration.peers import gather_models
 from tests.server.otlp_receiver import OtlpReceiver, ReceivedSpan, children, roots, tree
 from workbench.server.hosting import Server
 
@@ -67,11 +67,8 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="module")
 def server(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repository = tmp_path_factory.mktemp("otel_repo")
-    for name, source in MODELS.items():
-        shutil.copytree(source / name, repository / name, ignore=shutil.ignore_patterns("__py*"))
     running = Server(
-        repository,
+        gather_models(MODELS, tmp_path_factory.mktemp("otel_repo")),
         http_port=0,
         grpc_port=0,
         metrics_port=0,
