@@ -23,20 +23,17 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from workbench import threads
-from workbench._types import Tensor
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
 from workbench.backends.exit_deadline import ExitDeadline
 from workbench.backends.python._model_loader import ADDED_PATHS
 from workbench.backends.python._model_runner import ModelSpec
+from workbench.backends.python._server_calls import StubCalls
 from workbench.backends.python._server_metrics import REGISTRY
 from workbench.backends.python._server_reader import LoopReader
 from workbench.backends.python._wire_channel import Channel, ChannelClosed, Message
 from workbench.backends.python._wire_messages import (
-    BLS,
-    BLS_STREAM,
     EXECUTE,
     FINALIZE,
     INIT,
@@ -46,11 +43,10 @@ from workbench.backends.python._wire_messages import (
     RESPONSE,
     TraceTable,
     error_from_wire,
-    error_to_wire,
     read_results,
     write_requests,
 )
-from workbench.backends.python._wire_shm import BlockWriter, Region, create_region_fd, read_block
+from workbench.backends.python._wire_shm import BlockWriter, Region, create_region_fd
 from workbench.errors import InternalError, WorkbenchError
 
 _log = logging.getLogger(__name__)
@@ -164,6 +160,9 @@ class StubProcess:
         self._to_stub = BlockWriter(Region(to_stub))
         self._from_stub = Region(from_stub)
         self.channel = Channel(ours, self._route, alive=self.alive)
+        self._calls = StubCalls(
+            launch.client, self.channel, self._to_stub, self._from_stub, self._traces
+        )
         launch.exit_deadline.watch(self)
 
     @property
@@ -347,9 +346,9 @@ class StubProcess:
             logging.getLogger(name).log(level, "%s", text)
         else:  # BLS or READY: may take long, never on the reading thread
             try:
-                self._bls_pool.submit(self._serve_call, message)
+                self._bls_pool.submit(self._calls.serve, message)
             except RuntimeError:  # the instance is closing
-                self._reply_failure(message, InternalError("the model instance is closing"))
+                self._calls.refuse(message, InternalError("the model instance is closing"))
         return None
 
     def _on_response(self, message: Message) -> None:
@@ -363,84 +362,6 @@ class StubProcess:
             self._forget([request])
         if request.respond is not None:
             request.respond(result, final)
-
-    def _serve_call(self, message: Message) -> None:
-        """Answer a ``BLS`` or ``READY`` call of the model (on the BLS thread pool)."""
-        client = self.launch.client
-        try:
-            if client is None:
-                raise InternalError("BLS requests need a running server; none is attached")
-            if message[0] == BLS_STREAM:
-                self._bls_stream(client, message)
-                return
-            if message[0] == BLS:
-                reply = self._bls(client, message)
-            else:
-                _, key, model_name, version = message
-                reply = (REPLY, key, client.is_model_ready(model_name, version))
-        except Exception as exc:
-            self._reply_failure(message, exc)
-            return
-        try:
-            self.channel.send(reply)
-        except ChannelClosed:
-            pass
-
-    def _call(self, message: Message) -> tuple[str, list[Tensor], dict[str, Any]]:
-        """A ``BLS``/``BLS_STREAM`` message as ``InferenceClient`` arguments.
-
-        A call naming a trace id (``trace=request.trace()`` of a traced request still in the
-        stub) passes that request's trace: the core traces the call as its child."""
-        _, _, block, model_name, version, descs, requested, parameters, timeout_s, trace_id = (
-            message
-        )
-        options = {
-            "model_version": version,
-            "requested_outputs": requested,
-            "parameters": parameters,
-            "timeout_s": timeout_s,
-            "trace": self._traces.get(trace_id) if trace_id else None,
-        }
-        return model_name, read_block(self._from_stub, block, descs), options
-
-    def _bls(self, client: InferenceClient, message: Message) -> Message:
-        key = message[1]
-        model_name, inputs, options = self._call(message)
-        try:
-            outputs = client.infer_sync(model_name, inputs, **options)
-        except WorkbenchError as exc:
-            return (REPLY, key, error_to_wire(exc), -1, [])
-        out_block, out_descs = self._to_stub.write(outputs)
-        return (REPLY, key, None, out_block, out_descs)
-
-    def _bls_stream(self, client: InferenceClient, message: Message) -> None:
-        """Send each response of a decoupled BLS call as it comes, under ``(key, n)``."""
-        key = message[1]
-        model_name, inputs, options = self._call(message)
-        responses = client.infer_stream_sync(model_name, inputs, **options)
-        n = 0
-        try:
-            for result, final in responses:
-                out_block, out_descs = self._to_stub.write(result.outputs)
-                error = error_to_wire(result.error)
-                reply = (REPLY, (key, n), error, out_block, out_descs, result.parameters, final)
-                self.channel.send(reply)
-                n += 1
-        except ChannelClosed:
-            return
-        except Exception as exc:  # the stream ends here; the model hears why
-            self.channel.send((REPLY, (key, n), error_to_wire(exc), -1, [], {}, True))
-
-    def _reply_failure(self, message: Message, error: BaseException) -> None:
-        reply: Message = (REPLY, message[1], error_to_wire(error), -1, [])
-        if message[0] == BLS_STREAM:
-            reply = (REPLY, (message[1], 0), error_to_wire(error), -1, [], {}, True)
-        elif message[0] != BLS:
-            reply = (REPLY, message[1], False)
-        try:
-            self.channel.send(reply)
-        except ChannelClosed:
-            pass
 
     def _pump(self) -> None:
         self.channel.pump()
