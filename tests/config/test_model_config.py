@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,20 @@ def test_parse_error_default_source() -> None:
 def test_read_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read model configuration"):
         read_config(tmp_path / "config.pbtxt")
+
+
+def test_bytes_that_are_not_utf8_read_as_the_server_reads_them(tmp_path: Path) -> None:
+    # as tritonserver 2.51 takes them (tests/security/test_bad_requests.py): in a comment and
+    # in a string value they load; in a field name they fail the parse, as a ConfigError
+    path = tmp_path / "config.pbtxt"
+    path.write_bytes(
+        b'name: "m"  # caf\xe9 \xff\nparameters { key: "k" value { string_value: "\xe9" } }'
+    )
+    config = read_config(path)
+    assert (config.name, config.parameters["k"].string_value) == ("m", "\ufffd")
+    path.write_bytes(b'name: "m"\nna\xffme: "x"')
+    with pytest.raises(ConfigError, match=f'^{re.escape(str(path))}:2:1: .*no field named "na"'):
+        read_config(path)
 
 
 def test_write_config_is_atomic_and_keeps_a_backup(tmp_path: Path) -> None:

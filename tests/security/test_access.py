@@ -43,6 +43,17 @@ def test_serve_listens_on_loopback_unless_asked(tmp_path: Path) -> None:
     )
 
 
+def test_server_host_opens_every_endpoint_unless_each_is_named(tmp_path: Path) -> None:
+    # Server(host=...) is the server's one address (README, Security), unlike the CLI's
+    # --http-address: a notebook that opens the server opens gRPC too, unless it says not to
+    opened = Server(tmp_path, host="0.0.0.0").options
+    assert opened.grpc is not None and opened.metrics is not None
+    assert (opened.host, opened.grpc.address, opened.metrics.address) == ("0.0.0.0",) * 3
+    named = Server(tmp_path, host="0.0.0.0", grpc_address="127.0.0.1").options
+    assert named.grpc is not None and named.grpc.address == "127.0.0.1"
+    assert Server(tmp_path, host="0.0.0.0", allow_grpc=False).options.grpc is None
+
+
 def test_a_started_server_binds_every_endpoint_to_loopback(tmp_path: Path) -> None:
     with Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0) as server:
         addresses = {server.url, f"http://{server.grpc_url}", server.metrics_url}
@@ -129,6 +140,10 @@ def test_restricted_health_needs_its_header_on_both_protocols(tmp_path: Path) ->
             with pytest.raises(grpc.RpcError) as raised:
                 stub.ServerLive(pb.ServerLiveRequest(), timeout=10)
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+            # tritonserver 2.51's words (tests/security/test_restricted_api.py compares them)
+            assert raised.value.details() == (
+                "This protocol is restricted, expecting header 'triton-grpc-protocol-probe'"
+            )
             live = stub.ServerLive(
                 pb.ServerLiveRequest(), metadata=[("triton-grpc-protocol-probe", "ok")], timeout=10
             )

@@ -50,12 +50,14 @@ ODD_FOLDER = "bad\udcffname"
 
 def _repository(root: Path) -> Path:
     """The conformance models, plus copies of ``add_one`` with bytes that are not UTF-8: in a
-    comment, in a string value, and in the folder's name (its config names no model)."""
+    comment, in a string value, in a field name, and in the folder's name (its config names no
+    model)."""
     copy_repository(CONFORMANCE_REPO, root)
     name = b'name: "add_one"'
     _add_one_copy(root, "latin1_comment", name, b'name: "latin1_comment"  # caf\xe9 \xff')
     value = b'name: "latin1_value"\nparameters { key: "k" value { string_value: "caf\xe9" } }'
     _add_one_copy(root, "latin1_value", name, value)
+    _add_one_copy(root, "latin1_field", name, b'name: "latin1_field"\nna\xffme: "x"')
     _add_one_copy(root, ODD_FOLDER, name, b"")
     return root
 
@@ -447,6 +449,29 @@ def test_a_config_with_bytes_that_are_not_utf8_in_a_comment_loads(both: dict[str
         assert entry == [{"name": "latin1_comment", "version": "1", "state": "READY"}]
         reply = requests.post(f"{http}/v2/repository/models/latin1_comment/load", timeout=60)
         assert (reply.status_code, reply.text) == (200, "")
+
+
+@pytest.mark.integration
+@pytest.mark.conformance
+def test_a_config_with_bytes_that_are_not_utf8_in_a_field_name_fails_to_load(
+    both: dict[str, Any],
+) -> None:
+    answers, entries = {}, {}
+    for name, (http, _) in both.items():
+        reply = requests.post(f"{http}/v2/repository/models/latin1_field/load", timeout=60)
+        ready = requests.get(f"{http}/v2/models/latin1_field/ready", timeout=30)
+        answers[name] = (reply.status_code, reply.json(), ready.status_code)
+        index = requests.post(f"{http}/v2/repository/index", json={}, timeout=30).json()
+        [entries[name]] = [e for e in index if e["name"] == "latin1_field"]
+    error = "failed to load 'latin1_field', failed to poll from model repository"
+    assert answers["triton"] == answers["ours"] == (500, {"error": error}, 400)
+    # Triton lists the name alone and logs why ('Poll failed for model directory ...',
+    # protobuf's 'no field named "na"'); ours adds the state and that reason to the entry
+    assert entries["triton"] == {"name": "latin1_field"}
+    assert entries["ours"]["state"] == "UNAVAILABLE"
+    reason = entries["ours"]["reason"]
+    assert "latin1_field/config.pbtxt:3:1: " in reason and 'no field named "na"' in reason
+    _assert_still_serving(both)
 
 
 def _assert_still_serving(both: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 
 Both start with the same ``--http-restricted-api`` and ``--grpc-restricted-protocol`` flags and
 get the same requests without, with a wrong and with the right header. Status, body and
-content type must match. Health stays unrestricted here because the real server's start-up
-wait polls it; ``test_restricted_health_...`` covers it on our side.
+content type must match. HTTP health stays unrestricted here because the real server's start-up
+wait polls it (``test_access.py``'s ``test_restricted_health_...`` covers it on our side); gRPC
+health is restricted with a key of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ HTTP_FLAGS = (
 GRPC_FLAGS = (
     "metadata,inference,shared-memory,model-config,model-repository,statistics,trace,logging"
     ":admin-key=secret",
+    "health:probe=ok",
 )
 INFER_BODY = {
     "inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0] * 16}]
@@ -211,6 +213,41 @@ def test_grpc_restricted_protocols_answer_as_triton(
         assert mine == real, rpc
 
 
+#: the calls of the ``health`` group, restricted by ``GRPC_FLAGS``' own ``probe`` key
+GRPC_HEALTH_CALLS: list[tuple[str, Any]] = [
+    ("ServerLive", pb.ServerLiveRequest()),
+    ("ServerReady", pb.ServerReadyRequest()),
+    ("ModelReady", pb.ModelReadyRequest(name="add_one")),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.conformance
+@pytest.mark.parametrize(
+    ("rpc", "request_message"), GRPC_HEALTH_CALLS, ids=[c[0] for c in GRPC_HEALTH_CALLS]
+)
+def test_grpc_restricted_health_answers_as_triton(
+    both: tuple[TritonServerProcess, Server], rpc: str, request_message: Any
+) -> None:
+    triton, ours = both
+    refusals = (
+        (),
+        (("triton-grpc-protocol-probe", "wrong"),),
+        (("probe", "ok"),),  # without the prefix
+        (("triton-grpc-protocol-admin-key", "secret"),),  # another group's key
+    )
+    refused = (
+        "UNAVAILABLE",
+        "This protocol is restricted, expecting header 'triton-grpc-protocol-probe'",
+    )
+    for metadata in refusals:
+        assert _grpc(triton.grpc_url, rpc, request_message, metadata) == refused, metadata
+        assert _grpc(ours.grpc_url, rpc, request_message, metadata) == refused, metadata
+    opened = (("triton-grpc-protocol-probe", "ok"),)
+    assert _grpc(triton.grpc_url, rpc, request_message, opened) == ("OK", "")
+    assert _grpc(ours.grpc_url, rpc, request_message, opened) == ("OK", "")
+
+
 @pytest.mark.integration
 @pytest.mark.conformance
 def test_grpc_stream_and_tritonclient_headers(both: tuple[TritonServerProcess, Server]) -> None:
@@ -218,7 +255,7 @@ def test_grpc_stream_and_tritonclient_headers(both: tuple[TritonServerProcess, S
     for server_url in (triton.grpc_url, ours.grpc_url):
         client = grpcclient.InferenceServerClient(server_url)
         try:
-            assert client.is_server_live()  # health is not restricted here
+            assert client.is_server_live(headers={"triton-grpc-protocol-probe": "ok"})
             with pytest.raises(InferenceServerException, match="This protocol is restricted"):
                 client.get_model_repository_index()
             opened = {"triton-grpc-protocol-admin-key": "secret"}

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import grpc
+import psutil
 import pytest
 import requests
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 
 from tests.core.conftest import write_add_model
 from workbench import __version__
 from workbench.cli import build_parser, main
 from workbench.errors import InvalidArgumentError
 from workbench.server.cli import server_from_args
+from workbench.server.grpc.frontend import GrpcKeepalive
 from workbench.server.hosting import Server
 from workbench.server.options import cache_size, rate_limit_resources
 
@@ -211,6 +219,64 @@ def test_serve_then_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
         process.stderr.close()
 
 
+STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
+
+
+def test_serve_without_address_flags_listens_on_loopback_only(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_add_model(repo, "add")
+    command = [sys.executable, "-m", "workbench", "serve", f"--model-repository={repo}"]
+    command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0"]  # ports, no addresses
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    assert process.stderr is not None
+    started: dict[str, tuple[str, int]] = {}
+    try:
+        for line in process.stderr:  # HTTP starts last
+            if found := STARTED.search(line):
+                started[found[1]] = (found[2], int(found[3]))
+            if "HTTPService" in started:
+                break
+        assert set(started) == {"HTTPService", "GRPCInferenceService", "Metrics Service"}
+        assert {address for address, _ in started.values()} == {"127.0.0.1"}, started
+        sockets = psutil.Process(process.pid).net_connections(kind="inet")
+        listening = {
+            (_ipv4(c.laddr.ip), c.laddr.port) for c in sockets if c.status == psutil.CONN_LISTEN
+        }
+        assert listening == set(started.values())  # the three, each on loopback only
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+            process.stderr.close()
+
+
+def _ipv4(address: str) -> str:
+    """gRPC listens on an IPv6 socket bound to the v4-mapped address (``::ffff:127.0.0.1``):
+    the same loopback address, reachable from nowhere else."""
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped or ip)
+
+
+def test_a_busy_grpc_port_is_one_error_line_and_exit_status_1(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        command = [sys.executable, "-m", "workbench", "serve", f"--model-repository={tmp_path}"]
+        command += ["--http-port=0", f"--grpc-port={port}", "--metrics-port=0"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    # ours, before anything starts: no grpc core log line ("E1125 ... Failed to add port")
+    assert result.returncode == 1
+    assert result.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
 def test_grpc_and_metrics_flags_reach_the_server(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         [
@@ -240,6 +306,70 @@ def test_grpc_and_metrics_flags_reach_the_server(tmp_path: Path) -> None:
     )
     assert server_from_args(off).options.grpc is None
     assert server_from_args(off).options.metrics is None
+
+
+KEEPALIVE_FLAGS = [
+    "--grpc-keepalive-time=60000",
+    "--grpc-keepalive-timeout=5000",
+    "--grpc-keepalive-permit-without-calls=1",
+    "--grpc-http2-max-pings-without-data=0",
+    "--grpc-http2-min-recv-ping-interval-without-data=10000",
+    "--grpc-http2-max-ping-strikes=3",
+    "--grpc-max-connection-age=300",
+    "--grpc-max-connection-age-grace=200",
+]
+
+
+def test_grpc_keepalive_flags_take_tritons_names_and_defaults(tmp_path: Path) -> None:
+    plain = build_parser().parse_args(["serve", f"--model-repository={tmp_path}"])
+    options = server_from_args(plain).options.grpc
+    assert options is not None
+    # tritonserver 2.51's KeepAliveOptions (server src/grpc/grpc_server.h)
+    assert options.keepalive == GrpcKeepalive(7_200_000, 20_000, False, 2, 300_000, 2, 0, 0)
+    args = build_parser().parse_args(["serve", f"--model-repository={tmp_path}", *KEEPALIVE_FLAGS])
+    options = server_from_args(args).options.grpc
+    assert options is not None
+    assert options.keepalive == GrpcKeepalive(60_000, 5_000, True, 0, 10_000, 3, 300, 200)
+    with pytest.raises(InvalidArgumentError, match="--grpc-max-connection-age: -1"):
+        Server(tmp_path, grpc_max_connection_age=-1)
+
+
+def test_grpc_keepalive_flags_reach_the_grpc_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created: list[dict[str, int]] = []
+    create = grpc.aio.server
+
+    def recording(*args: Any, **keywords: Any) -> Any:
+        created.append(dict(keywords["options"]))
+        return create(*args, **keywords)
+
+    monkeypatch.setattr(grpc.aio, "server", recording)
+    flags = ["--http-port=0", "--grpc-port=0", "--metrics-port=0", *KEEPALIVE_FLAGS]
+    args = build_parser().parse_args(["serve", f"--model-repository={tmp_path}", *flags])
+    with server_from_args(args) as server:
+        [arguments] = created
+        assert {name: arguments[name] for name in arguments if "keepalive" in name} == {
+            "grpc.keepalive_time_ms": 60_000,
+            "grpc.keepalive_timeout_ms": 5_000,
+            "grpc.keepalive_permit_without_calls": 1,
+        }
+        assert arguments["grpc.http2.max_pings_without_data"] == 0
+        assert arguments["grpc.http2.min_ping_interval_without_data_ms"] == 10_000
+        assert arguments["grpc.http2.max_ping_strikes"] == 3
+        assert arguments["grpc.max_connection_age_ms"] == 300
+        assert arguments["grpc.max_connection_age_grace_ms"] == 200
+        # and gRPC acts on them: past its age the connection is closed (GOAWAY), so the
+        # channel leaves READY; without the option it stays READY (the wait is a guard)
+        states: list[grpc.ChannelConnectivity] = []
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            channel.subscribe(states.append)
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live
+            ready, deadline = grpc.ChannelConnectivity.READY, time.monotonic() + 30
+            while ready not in states or states[-1] == ready:
+                assert time.monotonic() < deadline, states
+                time.sleep(0.05)
 
 
 def test_version_and_help_show_what_a_new_user_needs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -93,10 +93,15 @@ def _located_message(exc: text_format.ParseError, source: str) -> str:
 
 
 def read_config(path: StrPath) -> ModelConfig:
-    """Read and parse a ``config.pbtxt`` file."""
+    """Read and parse a ``config.pbtxt`` file.
+
+    Bytes that are not UTF-8 are read as the server's repository reads them
+    (``ModelRepository.read_config_at``): Triton takes them in comments and string values, so
+    they become U+FFFD there; anywhere else they fail the parse with a ``ConfigError``.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         raise ConfigError(f"cannot read model configuration {path}: {exc.strerror}") from None
     return parse_pbtxt(text, source=str(path))

@@ -6,6 +6,7 @@ import argparse
 import logging
 from collections.abc import Callable
 
+from workbench.server.grpc.frontend import GrpcKeepalive
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import Server
 from workbench.server.http.limits import (
@@ -144,6 +145,67 @@ def _add_grpc(flag: Callable[..., object]) -> None:
         default=MAX_GRPC_MESSAGE_BYTES,
         metavar="BYTES",
         help="largest gRPC message sent or received (workbench only; Triton uses INT32_MAX)",
+    )
+    _add_grpc_keepalive(flag)
+
+
+def _add_grpc_keepalive(flag: Callable[..., object]) -> None:
+    """tritonserver's gRPC keepalive and connection-age flags, its defaults, milliseconds."""
+    keepalive = GrpcKeepalive()
+    flag(
+        "--grpc-keepalive-time",
+        type=int,
+        default=keepalive.keepalive_time_ms,
+        metavar="MS",
+        help="send a keepalive ping on a connection this long without activity",
+    )
+    flag(
+        "--grpc-keepalive-timeout",
+        type=int,
+        default=keepalive.keepalive_timeout_ms,
+        metavar="MS",
+        help="close the connection when a keepalive ping is not answered within this",
+    )
+    flag(
+        "--grpc-keepalive-permit-without-calls",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=keepalive.keepalive_permit_without_calls,
+        help="keepalive pings also while no call is in flight",
+    )
+    flag(
+        "--grpc-http2-max-pings-without-data",
+        type=int,
+        default=keepalive.http2_max_pings_without_data,
+        help="pings sent without data in between (0: no limit)",
+    )
+    flag(
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        type=int,
+        default=keepalive.http2_min_recv_ping_interval_without_data_ms,
+        metavar="MS",
+        help="a client ping sooner than this after the last one, without data, is a ping strike",
+    )
+    flag(
+        "--grpc-http2-max-ping-strikes",
+        type=int,
+        default=keepalive.http2_max_ping_strikes,
+        help="ping strikes before the connection is closed with GOAWAY (0: no limit)",
+    )
+    flag(
+        "--grpc-max-connection-age",
+        type=int,
+        default=keepalive.max_connection_age_ms,
+        metavar="MS",
+        help="close a connection (GOAWAY) once it is this old, so clients reconnect (0: never)",
+    )
+    flag(
+        "--grpc-max-connection-age-grace",
+        type=int,
+        default=keepalive.max_connection_age_grace_ms,
+        metavar="MS",
+        help="time calls in flight get after --grpc-max-connection-age (0: unbounded)",
     )
 
 

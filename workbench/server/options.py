@@ -16,6 +16,7 @@ from workbench.core import CoreOptions
 from workbench.core.rate_limiter import RATE_LIMIT_MODES
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc import GrpcOptions
+from workbench.server.grpc.frontend import GrpcKeepalive
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.http.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
@@ -30,6 +31,8 @@ from workbench.server.trace_config import parse_trace_config
 log = logging.getLogger("workbench.server")
 #: Triton's ``--http-max-input-size`` default.
 DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Triton's gRPC keepalive and connection-age defaults
+_KEEPALIVE = GrpcKeepalive()
 
 
 @dataclass(slots=True)
@@ -74,6 +77,16 @@ class ServerOptions:
         allow_grpc: bool = True,
         grpc_infer_compression: str = "none",
         grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES,
+        grpc_keepalive_time: int = _KEEPALIVE.keepalive_time_ms,
+        grpc_keepalive_timeout: int = _KEEPALIVE.keepalive_timeout_ms,
+        grpc_keepalive_permit_without_calls: bool = _KEEPALIVE.keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data: int = _KEEPALIVE.http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data: int = (
+            _KEEPALIVE.http2_min_recv_ping_interval_without_data_ms
+        ),
+        grpc_http2_max_ping_strikes: int = _KEEPALIVE.http2_max_ping_strikes,
+        grpc_max_connection_age: int = _KEEPALIVE.max_connection_age_ms,
+        grpc_max_connection_age_grace: int = _KEEPALIVE.max_connection_age_grace_ms,
         metrics_port: int = 8002,
         metrics_address: str | None = None,
         allow_metrics: bool = True,
@@ -97,6 +110,18 @@ class ServerOptions:
             max_message_bytes=grpc_max_message_bytes,
             infer_compression=grpc_infer_compression,
             restrictions=grpc_restrictions(grpc_restricted_protocol),
+            keepalive=GrpcKeepalive(
+                keepalive_time_ms=grpc_keepalive_time,
+                keepalive_timeout_ms=grpc_keepalive_timeout,
+                keepalive_permit_without_calls=grpc_keepalive_permit_without_calls,
+                http2_max_pings_without_data=grpc_http2_max_pings_without_data,
+                http2_min_recv_ping_interval_without_data_ms=(
+                    grpc_http2_min_recv_ping_interval_without_data
+                ),
+                http2_max_ping_strikes=grpc_http2_max_ping_strikes,
+                max_connection_age_ms=grpc_max_connection_age,
+                max_connection_age_grace_ms=grpc_max_connection_age_grace,
+            ),
         )
         metrics_options = MetricsOptions(
             port=metrics_port,
@@ -156,6 +181,16 @@ class ServerOptions:
             grpc_port=args.grpc_port,
             grpc_infer_compression=args.grpc_infer_response_compression_level,
             grpc_max_message_bytes=args.grpc_max_message_size,
+            grpc_keepalive_time=args.grpc_keepalive_time,
+            grpc_keepalive_timeout=args.grpc_keepalive_timeout,
+            grpc_keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+            grpc_http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+            grpc_http2_min_recv_ping_interval_without_data=(
+                args.grpc_http2_min_recv_ping_interval_without_data
+            ),
+            grpc_http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+            grpc_max_connection_age=args.grpc_max_connection_age,
+            grpc_max_connection_age_grace=args.grpc_max_connection_age_grace,
             allow_metrics=args.allow_metrics,
             allow_cpu_metrics=args.allow_cpu_metrics,
             allow_gpu_metrics=args.allow_gpu_metrics,

@@ -1,8 +1,9 @@
 """The gRPC front end: a ``grpc.aio`` server on the server's own event loop.
 
 Options follow tritonserver's flags: ``--grpc-port``, ``--grpc-address``,
-``--grpc-infer-response-compression-level`` and the message size limit (Triton uses
-``INT32_MAX`` for both directions).
+``--grpc-infer-response-compression-level``, the message size limit (Triton uses
+``INT32_MAX`` for both directions), and the keepalive and connection-age flags, which become
+the same gRPC core channel arguments as in Triton's ``src/grpc/grpc_server.cc`` (``Server``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
 from workbench.server.shared_memory import SharedMemoryRegistry
 
+#: a gRPC core channel argument is a C ``int``
+INT32_MAX = 2**31 - 1
 #: ``--grpc-infer-response-compression-level`` -> the algorithm gRPC core picks for that level
 #: when the client accepts gzip and deflate (as grpcio and Triton's clients do): the first of
 #: its ranking for ``low``, the middle one for ``medium``, the last for ``high``.
@@ -32,6 +35,54 @@ COMPRESSION_LEVELS = {
     "medium": grpc.Compression.Deflate,
     "high": grpc.Compression.Deflate,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcKeepalive:
+    """tritonserver's ``--grpc-keepalive-*``, ``--grpc-http2-*`` and ``--grpc-max-connection-age*``
+    flags, in milliseconds, with its defaults (``KeepAliveOptions``, ``src/grpc/grpc_server.h``).
+
+    Together they bound idle and abusive connections: a peer that pings too often is sent
+    GOAWAY after ``http2_max_ping_strikes`` bad pings, a dead one is dropped when a keepalive
+    ping goes unanswered, and a ``max_connection_age_ms`` makes clients reconnect.
+    """
+
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    #: 0: no limit (Triton then leaves the channel argument out, as here)
+    max_connection_age_ms: int = 0
+    max_connection_age_grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in _keepalive_values(self):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+                raise InvalidArgumentError(
+                    f"invalid argument for --grpc-{name}: {value!r} (expected 0 to {INT32_MAX})"
+                )
+
+    def channel_arguments(self) -> list[tuple[str, int]]:
+        """gRPC core's server channel arguments for these settings."""
+        arguments = [
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", int(self.keepalive_permit_without_calls)),
+            ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
+            # GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS is spelt without "recv"
+            (
+                "grpc.http2.min_ping_interval_without_data_ms",
+                self.http2_min_recv_ping_interval_without_data_ms,
+            ),
+            ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+        ]
+        if self.max_connection_age_ms:
+            arguments.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
+        if self.max_connection_age_grace_ms:
+            arguments.append(("grpc.max_connection_age_grace_ms", self.max_connection_age_grace_ms))
+        return arguments
 
 
 @dataclass(slots=True)
@@ -45,6 +96,8 @@ class GrpcOptions:
     infer_compression: str = "none"
     #: ``--grpc-restricted-protocol``: group -> the metadata key its calls must carry
     restrictions: Restrictions = field(default_factory=dict)
+    #: keepalive pings and connection age, as tritonserver's flags set them
+    keepalive: GrpcKeepalive = field(default_factory=GrpcKeepalive)
 
 
 class GrpcFrontend:
@@ -84,6 +137,7 @@ class GrpcFrontend:
                 ("grpc.max_receive_message_length", limit),
                 # Without this a second server could share a port in use instead of failing.
                 ("grpc.so_reuseport", 0),
+                *self.options.keepalive.channel_arguments(),
             ],
             # Only when something is restricted: an interceptor costs every call.
             interceptors=[RestrictionInterceptor(self.options.restrictions)]
@@ -125,9 +179,25 @@ def _check(options: GrpcOptions) -> None:
         )
 
 
+def _keepalive_values(keepalive: GrpcKeepalive) -> list[tuple[str, object]]:
+    """(the flag's name without ``--grpc-``, value) of each numeric keepalive setting."""
+    return [
+        ("keepalive-time", keepalive.keepalive_time_ms),
+        ("keepalive-timeout", keepalive.keepalive_timeout_ms),
+        ("http2-max-pings-without-data", keepalive.http2_max_pings_without_data),
+        (
+            "http2-min-recv-ping-interval-without-data",
+            keepalive.http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("http2-max-ping-strikes", keepalive.http2_max_ping_strikes),
+        ("max-connection-age", keepalive.max_connection_age_ms),
+        ("max-connection-age-grace", keepalive.max_connection_age_grace_ms),
+    ]
+
+
 def _target(address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
     return f"{host}:{port}"
 
 
-__all__ = ["COMPRESSION_LEVELS", "GrpcFrontend", "GrpcOptions"]
+__all__ = ["COMPRESSION_LEVELS", "GrpcFrontend", "GrpcKeepalive", "GrpcOptions"]
