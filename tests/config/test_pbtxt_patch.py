@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.config import parse_pbtxt, pbtxt_patch, to_pbtxt
-from workbench.config.pbtxt_patch import patch_pbtxt
+from workbench.config.pbtxt_patch import field_line, patch_pbtxt
 
 HAND_WRITTEN = """\
 # linear model, tuned by hand
@@ -39,6 +39,16 @@ def test_a_changed_field_is_rewritten_alone_and_comments_elsewhere_stay() -> Non
     )
     assert patched.rewritten == ("max_batch_size", "dynamic_batching")
     assert patched.lost_comments == () and not patched.canonical
+    assert parse_pbtxt(patched.text) == config
+
+
+def test_a_block_left_with_only_defaults_is_written_on_one_line() -> None:
+    config = parse_pbtxt(HAND_WRITTEN)
+    config.dynamic_batching.max_queue_delay_microseconds = 0  # the best delay was none
+    config.optimization.cuda.SetInParent()
+    patched = patch_pbtxt(HAND_WRITTEN, config)
+    assert "\ndynamic_batching { }\n" in patched.text
+    assert patched.text.endswith("optimization {\n  cuda { }\n}\n")
     assert parse_pbtxt(patched.text) == config
 
 
@@ -104,3 +114,57 @@ def test_unusual_but_valid_layouts_round_trip(text: str) -> None:
     config.max_batch_size = 7
     patched = patch_pbtxt(text, config)
     assert not patched.canonical and parse_pbtxt(patched.text) == config
+
+
+NESTED = """\
+name: "m"
+input [
+  { name: "A" dims: [ 4 ] },
+  {
+    name: "B"
+    dims: [ 0 ]
+  }
+]
+output { name: "C"
+  dims: [ 3 ] }
+dynamic_batching {
+  priority_queue_policy {
+    key: 2
+    value { timeout_action: DELAY }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "line"),
+    [
+        ("name", 1),
+        ("input[1].dims", 6),  # the second element of one ``input [...]`` list
+        ("input[0].dims", 3),
+        ("input[1]", 4),
+        ("output[0].dims", 10),  # a block of its own
+        ("dynamic_batching.priority_queue_policy[2]", 12),  # a map's entry, by its key
+        ("dynamic_batching.priority_queue_policy[2].timeout_action", 14),
+    ],
+)
+def test_a_problem_is_placed_on_the_line_of_its_innermost_field(field: str, line: int) -> None:
+    assert field_line(NESTED, field) == line
+
+
+@pytest.mark.parametrize(
+    ("field", "line"),
+    [
+        ("input[1].data_type", 4),  # not written (a default): the element
+        ("input[5].dims", 2),  # no such element: the field
+        ("dynamic_batching.max_queue_delay_microseconds", 11),
+        ("dynamic_batching.priority_queue_policy[7]", 12),
+    ],
+)
+def test_an_unwritten_field_falls_back_to_the_enclosing_one(field: str, line: int) -> None:
+    assert field_line(NESTED, field) == line
+
+
+def test_no_line_for_a_missing_top_level_field_or_text_that_does_not_follow() -> None:
+    assert field_line(NESTED, "max_batch_size") is None
+    assert field_line('name: "m"\ninput [ { name: "A" ', "input[0].name") is None

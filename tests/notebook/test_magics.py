@@ -49,7 +49,7 @@ def test_pbtxt_refuses_an_invalid_cell_naming_its_line(
     with pytest.raises(MagicError) as refused:
         session.pbtxt(name, cell)
     message = str(refused.value)
-    assert message.startswith(f"{name}: not written, the config is invalid:\n  line 4: input")
+    assert message.startswith(f"{name}: not written, the config is invalid:\n  line 5: input")
     assert "the model expects 2 dimensions (shape [-1,4])" in message
     with pytest.raises(MagicError, match=r"does not parse as config.pbtxt: .*:3:"):
         session.pbtxt(name, 'name: "x"\nmax_batch_size: 8\ninput [ { name: }\n')

@@ -35,8 +35,21 @@ def test_stop_button_stops_the_sweep_and_the_end_shows() -> None:
     assert view.status.value.startswith("stopping")
     result.rows.append(dict(ROWS[0]))
     result.finish()
-    assert view.stop_button.disabled and view.progress.bar_style == "warning"
-    assert view.status.value == "stopped: 1 measurements kept"
+    assert view.progress.bar_style == "warning"
+    assert view.status.value == "stopped: 1 measurement kept"
+    assert view.stop_button.disabled and view.stop_button.layout.display == "none"
+
+
+def test_a_finished_sweep_hides_its_stop_button() -> None:
+    view = SweepView(total=len(ROWS))
+    result = SweepResult("m", BASE, [], finished=False)
+    view.attach(result)
+    assert view.stop_button.layout.display != "none"
+    result.rows.extend(dict(row) for row in ROWS)
+    result.finish()
+    assert view.progress.bar_style == "success"
+    assert view.status.value == f"done: {len(ROWS)} measurements"
+    assert view.stop_button.disabled and view.stop_button.layout.display == "none"
 
 
 def test_a_failed_sweep_says_why() -> None:
@@ -46,3 +59,4 @@ def test_a_failed_sweep_says_why() -> None:
     result.finish(RuntimeError("server went away"))
     assert view.progress.bar_style == "danger"
     assert view.status.value == "failed: server went away"
+    assert view.stop_button.layout.display == "none"

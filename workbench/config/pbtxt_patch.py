@@ -9,11 +9,13 @@ alone, a field that is gone is cut out, and a new one is added at the end. The r
 parsed again and must equal the config; when it does not (text the splitter does not follow,
 such as extension fields), the whole file is canonical and ``PatchedText.canonical`` says so.
 Comments inside a replaced field are lost: ``lost_comments`` names them before anything is
-written.
+written. The same tokenizer places a validation problem's field path at its line
+(``field_line``).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -25,6 +27,7 @@ __all__ = ["PatchedText", "field_line", "patch_pbtxt"]
 
 _OPEN = frozenset("{<[")
 _CLOSE = frozenset("}>]")
+_EMPTY_BLOCK = re.compile(r"\{\n *\}")
 
 
 @dataclass(frozen=True)
@@ -91,22 +94,90 @@ def _only(config: ModelConfig, field: FieldDescriptor) -> ModelConfig:
 
 
 def _field_text(config: ModelConfig, field: FieldDescriptor) -> str:
-    """The canonical text of one field ("" when it is unset)."""
-    return str(text_format.MessageToString(_only(config, field), as_utf8=True))
+    """The canonical text of one field ("" when it is unset), an empty block on one line
+    (``dynamic_batching { }``: set, with every value at its default)."""
+    text = str(text_format.MessageToString(_only(config, field), as_utf8=True))
+    # a newline is never inside a value (strings escape it), so this touches only layout
+    return _EMPTY_BLOCK.sub("{ }", text)
 
 
 def field_line(text: str, field: str) -> int | None:
-    """The 1-based line of ``text`` where the top-level field of a problem's ``field`` path
-    starts (``input[1].dims``: the second ``input`` block, or the one ``input [...]`` list);
-    ``None`` when the text has no such field or cannot be split."""
-    name, _, rest = field.partition(".")
-    name, _, index = name.partition("[")
-    spans = [span for span in (_spans(text) or []) if span.name == name]
-    if not spans:
+    """The 1-based line of ``text`` where a problem's ``field`` path is written.
+
+    Each step of the path is followed into the text: ``output[0].dims`` is the ``dims`` of the
+    first ``output`` element, whether the outputs are written as one ``output [...]`` list or as
+    separate ``output {...}`` blocks, and a map's ``[key]`` is the entry with that key. When a
+    step is not written (a default, or a check about the block as a whole) the line of the
+    innermost step found is given. ``None`` when the text has no such top-level field or cannot
+    be followed."""
+    try:
+        fields = _Tokens(text).fields()
+    except text_format.ParseError:
         return None
-    position = int(index.rstrip("]")) if index.rstrip("]").isdigit() else 0
-    span = spans[position] if len(spans) > 1 and position < len(spans) else spans[0]
-    return text.count("\n", 0, span.start) + 1
+    offset = None
+    for name, key in _steps(field):
+        found = _find(fields, name, key)
+        if found is None:
+            break
+        offset, value = found
+        if value is None or not isinstance(value.content, list):
+            break
+        fields = value.content
+    return None if offset is None else text.count("\n", 0, offset) + 1
+
+
+@dataclass(frozen=True)
+class _Value:
+    """One value in the text: its offset, and its scalar token or the fields of its block."""
+
+    offset: int
+    content: str | list[_Field]
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One written field: where its name starts, and its values (a list gives several)."""
+
+    name: str
+    offset: int
+    values: list[_Value]
+
+
+def _steps(field: str) -> list[tuple[str, str | None]]:
+    """``a[1].b`` as ``[("a", "1"), ("b", None)]``."""
+    steps: list[tuple[str, str | None]] = []
+    for step in field.split("."):
+        name, bracket, key = step.partition("[")
+        steps.append((name, key.rstrip("]") if bracket else None))
+    return steps
+
+
+def _find(fields: list[_Field], name: str, key: str | None) -> tuple[int, _Value | None] | None:
+    """Where step ``name[key]`` is written, and its value (``None`` when that element is not
+    written: then the offset is the field's own)."""
+    written = [f for f in fields if f.name == name]
+    if not written:
+        # in a map's entry, the path's next step is inside the entry's ``value``
+        inner = [v.content for f in fields if f.name == "value" for v in f.values]
+        blocks = [content for content in inner if isinstance(content, list)]
+        return _find(blocks[0], name, key) if blocks else None
+    values = [value for f in written for value in f.values]
+    if key is None:
+        return written[0].offset, values[0] if values else None
+    value = _element(values, key)
+    return (written[0].offset, None) if value is None else (value.offset, value)
+
+
+def _element(values: list[_Value], key: str) -> _Value | None:
+    """A map's entry whose ``key`` is ``key``, else element number ``key`` of a list."""
+    for value in values:
+        if isinstance(value.content, list):
+            keys = [v.content for f in value.content if f.name == "key" for v in f.values]
+            if any(isinstance(k, str) and k.strip("'\"") == key for k in keys):
+                return value
+    if not key.isdigit() or int(key) >= len(values):
+        return None
+    return values[int(key)]
 
 
 # -- splitting the text into top-level fields -------------------------------------------------
@@ -154,6 +225,40 @@ class _Tokens:
         end = self.offset() + len(self.token())
         self.tokenizer.NextToken()
         return end
+
+    def fields(self, closing: str = "") -> list[_Field]:
+        """The fields from here to ``closing`` (or the end), with where each value is."""
+        fields = []
+        while self.token() != closing:  # at the end the token is ""
+            if self.at_end():
+                raise self.tokenizer.ParseError("unbalanced brackets")
+            offset = self.offset()
+            name = self.tokenizer.ConsumeIdentifier()
+            self.tokenizer.TryConsume(":")
+            if self.tokenizer.TryConsume("["):
+                values = []
+                while not self.tokenizer.TryConsume("]"):
+                    values.append(self.value())
+                    self.tokenizer.TryConsume(",")
+            else:
+                values = [self.value()]
+            fields.append(_Field(name, offset, values))
+            if not self.tokenizer.TryConsume(","):
+                self.tokenizer.TryConsume(";")
+        return fields
+
+    def value(self) -> _Value:
+        """One scalar (adjacent strings are one) or one ``{...}``/``<...>`` block."""
+        offset = self.offset()
+        if self.token() in ("{", "<"):
+            closing = "}" if self.token() == "{" else ">"
+            self.advance()
+            fields = self.fields(closing)
+            self.advance()
+            return _Value(offset, fields)
+        text = self.token()
+        self.skip_value()
+        return _Value(offset, text)
 
     def skip_value(self) -> int:
         """Step over one value (a scalar, adjacent strings, or a bracketed block)."""

@@ -78,18 +78,26 @@ class SweepView:
             self.status.value = eta_text(progress.done, progress.total, progress.eta_s)
 
     def finished(self, result: SweepResult) -> None:
+        """Show how the sweep ended. Stop goes: a faded red button beside "done" reads as a
+        sweep still running."""
+        kept = _measurements(len(result.rows))
         with self.root.hold_sync():
             self.stop_button.disabled = True
+            self.stop_button.layout.display = "none"
             self.progress.value = len(result.rows)
             if result.error is not None:
                 self.progress.bar_style = "danger"
                 self.status.value = f"failed: {result.error}"
             elif result.stop_event.is_set():
                 self.progress.bar_style = "warning"
-                self.status.value = f"stopped: {len(result.rows)} measurements kept"
+                self.status.value = f"stopped: {kept} kept"
             else:
                 self.progress.bar_style = "success"
-                self.status.value = f"done: {len(result.rows)} measurements"
+                self.status.value = f"done: {kept}"
+
+
+def _measurements(count: int) -> str:
+    return f"{count} measurement" if count == 1 else f"{count} measurements"
 
 
 __all__ = ["MIN_REDRAW_S", "SweepView", "eta_text"]

@@ -63,6 +63,8 @@ export function button(options: IButtonOptions): HTMLButtonElement {
     );
   }
   node.addEventListener('click', event => {
+    // inside a <summary> (a snippet's copy button) a click would also fold or unfold it
+    event.preventDefault();
     event.stopPropagation();
     options.onClick();
   });

@@ -1,7 +1,8 @@
 /**
  * "Tune in a notebook": a code cell with `bench.edit("<model>")` (the config form) or
  * `bench.sweep("<model>", ...)` (a live batching or instance sweep), inserted below the
- * active cell of the current notebook, or into a new notebook when none is open.
+ * active cell of the current notebook (or into it, when it is an empty code cell), or into a
+ * new notebook when none is open.
  *
  * The cell starts with `Workbench.attach()`, which finds the server this JupyterLab runs
  * (shared by every notebook, kept across kernel restarts), unless the notebook attaches
@@ -82,13 +83,18 @@ export class NotebookTuner {
       cell.getSource().includes('Workbench.attach(')
     );
     const source = tuneCode(model, kind, shape, !attached);
-    const only = cells.cells.length === 1 ? cells.cells[0] : null;
+    // an empty code cell at the cursor (or a new notebook's only cell) takes the code;
+    // otherwise it goes below the active cell
+    const active = notebook.activeCellIndex;
+    const empty = [active, cells.cells.length === 1 ? 0 : -1].find(i => {
+      const cell = i >= 0 ? cells.cells[i] : undefined;
+      return cell?.cell_type === 'code' && cell.getSource().trim() === '';
+    });
     let index: number;
-    if (only && only.cell_type === 'code' && only.getSource().trim() === '') {
-      index = 0;
-      only.setSource(source);
+    if (empty !== undefined) {
+      index = empty;
+      cells.cells[index].setSource(source);
     } else {
-      const active = notebook.activeCellIndex;
       index = active >= 0 ? active + 1 : cells.cells.length;
       cells.insertCell(index, { cell_type: 'code', source });
     }
