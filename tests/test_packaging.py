@@ -2,15 +2,20 @@
 
 Every third-party module that ``workbench`` imports (at the top of a module or inside a
 function) comes from a declared dependency, every core dependency is imported by the package
-itself, and the bounds tritonclient 2.51 forces are stated in the core dependencies.
+itself, and the bounds tritonclient 2.51 forces are stated in the core dependencies. An
+editable install builds without a warning from setuptools.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import re
+import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -136,3 +141,40 @@ def test_the_package_says_the_distribution_s_version() -> None:
     from workbench import __version__
 
     assert __version__ == PROJECT["version"]
+
+
+#: what an editable build reads: the package, the metadata, setup.py and its data files
+_BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "workbench", "jupyter-config")
+_BUILD_EDITABLE = "from setuptools.build_meta import build_editable; print(build_editable('.'))"
+
+
+def test_an_editable_install_builds_without_a_setuptools_warning(tmp_path: Path) -> None:
+    """``pip install -e .`` runs this hook: with ``-W error`` a SetuptoolsDeprecationWarning
+    (``project.license`` as a table) or the notice of an import-hook install is an error. The
+    wheel puts the checkout on ``sys.path`` with one ``.pth`` line, no finder module."""
+    pytest.importorskip("setuptools", reason="setuptools is not installed")
+    project = tmp_path / "project"
+    for name in _BUILD_INPUTS:
+        source, target = ROOT / name, project / name
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    package_json = Path("extensions", "labextension", "package.json")
+    (project / package_json).parent.mkdir(parents=True)
+    shutil.copy2(ROOT / package_json, project / package_json)
+    built = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _BUILD_EDITABLE],
+        cwd=project,
+        env={**os.environ, "WORKBENCH_SKIP_LABEXTENSION": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    with zipfile.ZipFile(project / built.stdout.splitlines()[-1]) as wheel:
+        names = wheel.namelist()
+        [pth] = [n for n in names if n.endswith(".pth")]
+        assert wheel.read(pth).decode().strip() == str(project)
+    assert not [n for n in names if n.endswith("_finder.py")], names

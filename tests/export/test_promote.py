@@ -4,8 +4,10 @@ atomicity (a promote killed mid-way), fsspec URIs, the report and the CLI."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +22,8 @@ from workbench.cli import main
 from workbench.config import read_config
 from workbench.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from workbench.export import PromoteReport, promote
+from workbench.export.tritonserver import TritonBinary
+from workbench.export.verify import MISMATCH, ModelCheck
 
 IN_PROCESS = 'parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }\n'
 
@@ -198,17 +202,71 @@ def test_the_report_shows_as_text_html_and_json(source: Path, tmp_path: Path) ->
     assert saved["models"][0]["model"] == "preprocess" and saved["ok"] is True
 
 
+#: promote()'s spelling, wrong on the command line: a keyword argument, a quoted keyword value,
+#: a call, a keyword's or function's name
+_PYTHON_SPELLING = re.compile(
+    r"\b[a-z_]+=|'(?:warn|new_version|refuse|latest|all|keep|specific)'|\w\(\)"
+    r"|\b(?:on_conflict|version_policy|server_address|deploy_dir|find_tritonserver)\b"
+)
+
+
+def _cli_output(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert not _PYTHON_SPELLING.search(text), text
+    return text
+
+
 def test_cli_promote(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dest = tmp_path / "prod"
     args = ["promote", "--model-repository", str(source), str(dest), "--verify", "false"]
     assert main([*args, "--model", "text_python"]) == 0
-    assert "text_python" in capsys.readouterr().out
+    assert "text_python" in _cli_output(capsys)
     assert main([*args, "--model", "text_python", "--on-conflict", "refuse"]) == 1
-    refusal = capsys.readouterr().err
+    refusal = _cli_output(capsys)
     assert "already exists" in refusal
     # the flag's spelling on the command line, not promote()'s keyword
-    assert "pass --on-conflict new_version to add" in refusal and "on_conflict=" not in refusal
+    assert "pass --on-conflict new_version to add" in refusal
     assert main([*args, "--model", "nope"]) == 1
-    assert "model 'nope' does not exist" in capsys.readouterr().err
+    assert "model 'nope' does not exist" in _cli_output(capsys)
     assert main([*args, "--version-policy", "newest"]) == 1
-    assert "--version-policy must be one of" in capsys.readouterr().err
+    assert "--version-policy must be one of" in _cli_output(capsys)
+    # the flag takes one word or number: no list offered
+    assert main([*args, "--model", "preprocess", "--versions", "1,2"]) == 1
+    versions = _cli_output(capsys)
+    assert "--versions for 'preprocess' must be latest, all or a version number" in versions
+    assert "list" not in versions
+    # no tritonserver where --tritonserver points: promoted, and the note says so in words
+    auto = ["promote", "--model-repository", str(source), str(tmp_path / "auto")]
+    assert main([*auto, "--model", "preprocess", "--tritonserver", str(tmp_path / "none")]) == 0
+    assert "note: not verified: no tritonserver binary found" in _cli_output(capsys)
+
+
+def test_cli_promote_refuses_a_mismatch_and_names_the_flag_that_overrides(
+    source: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    promote_module = importlib.import_module("workbench.export.promote")  # not the function
+
+    def found(path: object) -> TritonBinary:
+        return TritonBinary(tmp_path / "tritonserver", None, "test")
+
+    def disagree(report: PromoteReport, *args: object) -> None:
+        for model in report.models:  # what real Triton answers when a model changed on disk
+            model.check = ModelCheck(model.model, MISMATCH, "request 0: output 'UPPER' differs")
+
+    monkeypatch.setattr(promote_module, "find_tritonserver", found)
+    monkeypatch.setattr(promote_module, "_verify", disagree)
+    dest = tmp_path / "prod"
+    args = ["promote", "--model-repository", str(source), str(dest), "--model", "text_python"]
+
+    assert main([*args, "--verify", "true"]) == 1
+    refusal = _cli_output(capsys)
+    assert "real Triton disagrees: text_python: mismatch" in refusal
+    assert "(--verify warn promotes anyway)" in refusal
+    assert snapshot(dest) == {}
+    assert main([*args, "--verify", "warn"]) == 0
+    assert "verification FAILED" in _cli_output(capsys)
+    assert (dest / "text_python" / "1").is_dir()

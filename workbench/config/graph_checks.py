@@ -16,6 +16,10 @@ backend's own text, then says what to change. The sources (Triton 2.51, branch `
   input count is all that a TorchScript file tells before it runs.
 
 Triton stops at the first problem; these report every one.
+
+The messages are matched against the text in those sources, not against a running
+tritonserver: the one the conformance tests run (the ``nvidia-pytriton`` build) has the python
+backend only, no onnxruntime or pytorch backend to load such a model and answer.
 """
 
 from __future__ import annotations

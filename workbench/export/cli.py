@@ -35,7 +35,7 @@ def add_promote_parser(commands: Any) -> None:
     flag("--model-repository", required=True, help="the workbench repository to promote from")
     flag("dest", help="production repository: a folder, or an fsspec URI (s3://, gs://)")
     flag("--model", action="append", dest="models", help="model to promote (repeatable)")
-    flag("--versions", default="latest", help="'latest', 'all' or a version number")
+    flag("--versions", default="latest", help="latest (default), all or a version number")
     flag("--on-conflict", choices=("new_version", "refuse"), default="new_version")
     flag("--version-policy", type=_policy, default="keep", help="keep, latest, all, specific, N")
     flag("--verify", type=_verify, default=None, help="auto (default), true, false or warn")
@@ -49,10 +49,13 @@ def add_promote_parser(commands: Any) -> None:
 #: How ``promote()``'s messages name its keywords -> the flags that set them here.
 _CLI_SPELLING = {
     "on_conflict='new_version'": "--on-conflict new_version",
+    "verify='warn'": "--verify warn",
     "on_conflict": "--on-conflict",
     "version_policy": "--version-policy",
     "pass models=": "pass --model NAME",
     "versions for": "--versions for",
+    # a list of versions is promote()'s alone: the flag takes one word or number
+    "'latest', 'all', a number or a list": "latest, all or a version number",
 }
 
 

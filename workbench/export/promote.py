@@ -38,6 +38,7 @@ from workbench.export.production_config import (
 from workbench.export.report import REPORT_NAME, PromotedModel, PromoteReport
 from workbench.export.selection import Versions, ready_versions, select_models
 from workbench.export.tritonserver import (
+    BINARY_ENV,
     NGC_TAG,
     TRITON_VERSION,
     TritonBinary,
@@ -217,7 +218,10 @@ def _report(
         verify_mode=mode if binary is not None or verify is not None else "no tritonserver",
     )
     if binary is None and verify is None:
-        report.notes.append("not verified: no tritonserver binary found (see find_tritonserver)")
+        report.notes.append(
+            f"not verified: no tritonserver binary found (set ${BINARY_ENV}, or pip install "
+            "nvidia-pytriton)"
+        )
     if binary is not None:
         report.notes += list(binary.problems)
     return report

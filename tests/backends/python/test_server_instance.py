@@ -37,11 +37,13 @@ output { name: "Y" data_type: TYPE_FP32 dims: [-1] }
 output { name: "PID" data_type: TYPE_INT64 dims: [1] }
 """
 
-#: X + 1, the stub's pid, and on request a crash, a CPU-bound loop or a hang
+#: X + 1, the stub's pid, and on request a crash, a CPU-bound loop, a hang or a ping-pong
 MODEL = """
 import ctypes
 import json
+import mmap
 import os
+import resource
 import signal
 import time
 
@@ -57,8 +59,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         mode = requests[0].parameters()
-        if '"meet"' in mode:  # first: its folder's path could hold any other mode's word
-            return meet(requests[0], json.loads(mode)["meet"])
+        if '"ping_pong"' in mode:  # first: its board's path could hold any other mode's word
+            return ping_pong(json.loads(mode))
         if "exit" in mode:
             os._exit(1)
         if "segfault" in mode:
@@ -87,22 +89,30 @@ class TritonPythonModel:
             time.sleep(600)
 
 
-def meet(request, folder):
-    # say "started", burn CPU until the other instance has started too, answer what we saw
-    here = os.path.join(folder, str(os.getpid()))
-    open(here, "w").close()
-    cpu_before, deadline = time.process_time(), time.monotonic() + 60
-    while len(os.listdir(folder)) < 2 and time.monotonic() < deadline:
-        sum(i % 7 for i in range(10_000))
-    while time.process_time() - cpu_before < 0.2:  # then a fixed amount of work
-        sum(i % 7 for i in range(10_000))
-    met = len(os.listdir(folder)) >= 2
-    seen = np.array([float(met), time.process_time() - cpu_before], dtype=np.float32)
+def ping_pong(params):
+    # Spin (never sleep) until the shared byte says it is our turn, hand the turn back, and
+    # count this thread's context switches from our second turn on: by then both players
+    # are in, so waiting for the other to start is not counted.
+    with open(params["board"], "r+b") as board:
+        shared = mmap.mmap(board.fileno(), 1)
+    role, turns, deadline = params["role"], 0, time.monotonic() + 30
+    before = resource.getrusage(resource.RUSAGE_THREAD)
+    while turns < params["turns"] and time.monotonic() < deadline:
+        if shared[0] == role:
+            shared[0] = 1 - role
+            turns += 1
+            if turns == 2:
+                before = resource.getrusage(resource.RUSAGE_THREAD)
+    after = resource.getrusage(resource.RUSAGE_THREAD)
+    switches = after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw - before.ru_nivcsw
+    seen = np.array([turns, switches], dtype=np.float32)
     pid = np.array([os.getpid()], dtype=np.int64)
     return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", seen), pb_utils.Tensor("PID", pid)])]
 """
 
 SPIN_LOOPS = 3_000_000
+#: turns each instance takes in the ping-pong: ~0.1 s on two cores, minutes on one
+PING_PONG = 20_000
 
 
 @pytest.fixture
@@ -146,31 +156,38 @@ def test_in_process_parameter(repo: Path, instances: list[Any]) -> None:
     assert _pid(instance.execute([request(_x(1))])[0]) == os.getpid()
 
 
-def test_two_instances_execute_at_once_in_two_processes(
+def test_two_instances_execute_at_once_on_two_cores(
     repo: Path, instances: list[Any], tmp_path: Path
 ) -> None:
-    """Order of events, not a speed-up (a shared machine stalls): each instance's execute keeps
-    burning CPU until the other's has started, so both finish only if they run at the same time
-    (a GIL or a lock between them would leave the first alone until its 60 s guard), each in
-    its own process with its own CPU time; on a machine with two cores they run on two."""
+    """Order of events, not a speed-up (a shared machine stalls): the two instances' executes,
+    each in its own process, play ping-pong through one shared byte, each spinning until it is
+    its turn. Each finishes only while the other executes (a GIL or a lock between them would
+    leave the first waiting until its 30 s guard). On one core every turn needs a context
+    switch, since the other player must be switched in to hand the turn back, so more turns
+    than switches means the two ran on two cores at the same moment. Load on the machine adds
+    switches (preemptions), not turns: the margin stays wide on a busy two-core runner."""
     first, second = _make(repo, instances), _make(repo, instances)
-    folder = tmp_path / "meet"
-    folder.mkdir()
-    meet = [request(_x(0), mode="meet", meet=str(folder))]
-    results: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda i=i: results.extend(i.execute(meet)))
-        for i in (first, second)
-    ]
+    board = tmp_path / "board"
+    board.write_bytes(b"\0")
+    results: dict[int, Any] = {}
+
+    def play(instance: Any, role: int) -> None:
+        params = {"mode": "ping_pong", "board": str(board), "role": role, "turns": PING_PONG}
+        [results[role]] = instance.execute([request(_x(0), **params)])
+
+    threads = [threading.Thread(target=play, args=pair) for pair in ((first, 0), (second, 1))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
-    assert len(results) == 2 and {_pid(r) for r in results} == {first.pid, second.pid}
-    for result in results:
-        met, cpu_seconds = {t.name: t for t in result.outputs}["Y"].array.tolist()
-        assert met == 1.0  # it saw the other instance start while it was still executing
-        assert cpu_seconds >= 0.2  # CPU time of its own process, not shared with the other
+    assert sorted(results) == [0, 1]
+    assert {_pid(r) for r in results.values()} == {first.pid, second.pid}
+    for result in results.values():
+        turns, switches = {t.name: t for t in result.outputs}["Y"].array.tolist()
+        assert turns == PING_PONG  # the other instance executed while this one did
+        # on one core each turn after the second needs a switch: turns - 2 <= switches; a
+        # two-core runner at load 7 showed 25 or more turns a switch
+        assert turns - 2 >= 4 * max(switches, 1), (turns, switches)
 
 
 @pytest.mark.parametrize("crash", ["exit", "segfault", "kill"])
