@@ -73,3 +73,27 @@ def test_read_nowait_files_what_arrived(pair: tuple[socket.socket, Channel]) -> 
     with pytest.raises(ChannelClosed):
         channel.read_nowait()
     channel.give_back_reader()
+
+
+def test_what_a_peer_sent_just_before_it_died_is_read() -> None:
+    """The race a failed ``initialize`` lost under load: the read gives up (nothing for a
+    second), the stub replies and exits, and only then is it checked: the reply is read,
+    not reported as a dead stub."""
+    ours, theirs = socket.socketpair()
+    checks: list[bool] = []
+
+    def alive() -> bool:  # the peer replies and dies between the read's timeout and the check
+        if not checks:
+            ours.sendall(_frame((0, 1, "the reply")))
+        checks.append(False)
+        return False
+
+    channel = Channel(theirs, _by_key, alive=alive)
+    try:
+        assert channel.wait(1) == (0, 1, "the reply")
+        assert checks == [False]
+        with pytest.raises(ChannelClosed):  # then nothing more: closed
+            channel.wait(2)
+    finally:
+        ours.close()
+        channel.close()

@@ -188,7 +188,11 @@ class Channel:
                 return messages
 
     def _check_alive(self) -> None:
-        if self._alive is not None and not self._alive():
+        """After a read gave up: ``ChannelClosed`` if the peer is dead and sent nothing more.
+
+        What it sent just before it died (a failed ``initialize``'s reply, then its exit) may
+        have landed between the read giving up and this check: that is read first."""
+        if self._alive is not None and not self._alive() and not self._poll.poll(0):
             raise ChannelClosed("the stub process is not alive")
 
     def _parse_chunk(self, size: int) -> list[Message]:
