@@ -184,3 +184,51 @@ async def test_a_missing_repository_is_refused_at_start(jp_fetch: Any, host: Ser
 
 def _line_of(text: str, field: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith(field))
+
+
+PICKY_MODEL = """
+import json
+
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if "refuse" in json.loads(args["model_config"]).get("parameters", {}):
+            raise RuntimeError("refused on purpose")
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+async def test_a_valid_config_that_does_not_load_is_rolled_back(
+    jp_fetch: Any, host: ServerHost, repository: Path
+) -> None:
+    """The editor's rollback through the route: the file is put back, the model keeps
+    serving its previous configuration, and the answer says why (503)."""
+    from tests.jupyter.conftest import ECHO_CONFIG, write_model
+
+    write_model(repository, "picky", ECHO_CONFIG.replace('"echo"', '"picky"'), PICKY_MODEL)
+    await call(jp_fetch, "models", "picky", "load", method="POST")
+    path = repository / "picky" / "config.pbtxt"
+    before = path.read_bytes()
+    text = before.decode() + 'parameters { key: "refuse" value: { string_value: "yes" } }\n'
+    checked = await call(jp_fetch, "models", "picky", "config", "validate", method="POST",
+                         body={"pbtxt": text})  # fmt: skip
+    assert checked == {"valid": True, "problems": []}
+    status, body = await refused(jp_fetch, "models", "picky", "config", method="PUT",
+                                 body={"pbtxt": text})  # fmt: skip
+    message = body["message"]
+    assert status == 503 and "refused on purpose" in message
+    assert "config.pbtxt was restored and the previous configuration keeps serving" in message
+    assert path.read_bytes() == before
+    assert (await call(jp_fetch, "models", "picky", "config"))["history"] == []
+    served = json.loads((await jp_fetch("workbench", "v2", "models", "picky", "config")).body)
+    assert "refuse" not in served.get("parameters", {})
+    models = {m["name"]: m["state"] for m in (await call(jp_fetch, "models"))["models"]}
+    assert models["picky"] == "READY"

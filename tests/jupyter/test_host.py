@@ -1,4 +1,5 @@
-"""The extension's server: discovery for kernels, a crash seen and recovered from."""
+"""The extension's server: discovery for kernels, real kernels sharing it across restarts, a
+crash seen and recovered from."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ from workbench.jupyter.host import ServerHost
 from workbench.notebook import discovery
 
 pytestmark = pytest.mark.integration
+
+#: run in a kernel: what Workbench.attach() found, and which kernel process it ran in
+ATTACH = """
+import json, os
+import workbench as wb
+bench = wb.Workbench.attach()
+seen = {"server_pid": bench.server.found.server_pid, "url": bench.url, "kernel_pid": os.getpid(),
+        "models": sorted(bench.models()["name"])}
+bench.stop()
+print(json.dumps(seen))
+"""
 
 
 async def test_kernels_find_the_server_through_the_runtime_dir(
@@ -85,3 +97,53 @@ async def test_attach_without_a_server_says_so(host: ServerHost) -> None:
     await host.stop()
     with pytest.raises(NotFoundError, match="no Triton Workbench server"):
         Workbench.attach()
+
+
+async def test_kernels_share_the_server_and_a_restarted_kernel_attaches_to_it_again(
+    jp_fetch: Any, jp_serverapp: Any, host: ServerHost
+) -> None:
+    """Real kernels of this Jupyter server, started and restarted through its REST API."""
+    assert host.endpoints is not None
+    server = {"server_pid": host.endpoints.pid, "url": host.endpoints.url,
+              "models": ["add", "broken", "echo"]}  # fmt: skip
+    first = await _start_kernel(jp_fetch)
+    second = ""
+    try:
+        before = await _attach_in(jp_serverapp, first)
+        assert {k: v for k, v in before.items() if k != "kernel_pid"} == server
+        await jp_fetch("api", "kernels", first, "restart", method="POST", body="")
+        after = await _attach_in(jp_serverapp, first)
+        assert after["kernel_pid"] != before["kernel_pid"]  # a new kernel process
+        assert {k: v for k, v in after.items() if k != "kernel_pid"} == server
+        second = await _start_kernel(jp_fetch)
+        other = await _attach_in(jp_serverapp, second)
+        assert {k: v for k, v in other.items() if k != "kernel_pid"} == server
+        assert host.state == "running" and host.endpoints.pid == server["server_pid"]
+    finally:
+        for kernel in (first, second):
+            if kernel:
+                await jp_fetch("api", "kernels", kernel, method="DELETE")
+
+
+async def _start_kernel(jp_fetch: Any) -> str:
+    reply = await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "python3"}))
+    return str(json.loads(reply.body)["id"])
+
+
+async def _attach_in(jp_serverapp: Any, kernel_id: str) -> dict[str, Any]:
+    """What ``Workbench.attach()`` finds when run in the kernel ``kernel_id``."""
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    printed: list[str] = []
+
+    def output(message: dict[str, Any]) -> None:
+        if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
+            printed.append(message["content"]["text"])
+
+    try:
+        await client.wait_for_ready(timeout=120)
+        reply = await client.execute_interactive(ATTACH, output_hook=output, timeout=120)
+    finally:
+        client.stop_channels()
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return dict(json.loads("".join(printed)))

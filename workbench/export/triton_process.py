@@ -55,6 +55,7 @@ class TritonProcess:
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 15.0,
         extra_args: Sequence[str] = (),
+        ports: tuple[int, int, int] = (0, 0, 0),
     ) -> None:
         self.repository = Path(repository).resolve()
         self.model_control_mode = model_control_mode
@@ -72,6 +73,8 @@ class TritonProcess:
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.extra_args = tuple(extra_args)
+        #: (HTTP, gRPC, metrics) to listen on; a 0 is a free port, picked at each start
+        self.ports = ports
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -142,8 +145,9 @@ class TritonProcess:
         raise UnavailableError("tritonserver did not start")  # not reached: the loop raises
 
     def _start_once(self) -> None:
-        self.http_port, self.grpc_port = _free_port(self.host), _free_port(self.host)
-        self.metrics_port = _free_port(self.host)
+        # a configured port in use fails the start with Triton's own message
+        picked = (wanted or _free_port(self.host) for wanted in self.ports)
+        self.http_port, self.grpc_port, self.metrics_port = picked
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 self.command(),

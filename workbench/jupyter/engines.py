@@ -2,6 +2,7 @@
 
 ``EmbeddedEngine`` runs ``python -m workbench.jupyter.child`` (the embedded server, see that
 module); ``TritonEngine`` runs real tritonserver through ``workbench.export.TritonProcess``.
+Both listen on the ``c.Workbench`` ports (0: a free one, picked at start).
 Either way the Jupyter server only holds a process and its loopback ports, and talks to it
 through Triton's HTTP API; the package docstring says why the server is not in-process. A
 third engine, ``remote.RemoteEngine``, hosts nothing: it connects to a server at a URL.
@@ -23,10 +24,12 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from workbench import threads
 from workbench.errors import UnavailableError
+from workbench.export.triton_process import TritonProcess
+from workbench.export.tritonserver import find_tritonserver
 from workbench.jupyter.child import READY_PREFIX
 from workbench.threads import Work
 
@@ -194,25 +197,34 @@ class EmbeddedEngine:
                 await asyncio.wait_for(reader, 1.0)
 
 
-class TritonEngine:
-    """Real tritonserver on ``repository`` (ephemeral loopback ports, its log in a file).
+class Ports(NamedTuple):
+    """The ports a server is asked to listen on; 0 is a free one, picked at start."""
 
-    ``TritonProcess`` blocks while it starts and stops, so those run in a worker thread; the
-    configured ports are not used (it picks free ones and retries on a clash).
+    http: int = 0
+    grpc: int = 0
+    metrics: int = 0
+
+
+class TritonEngine:
+    """Real tritonserver on ``repository`` and ``ports`` (loopback), its log in a file.
+
+    ``TritonProcess`` blocks while it starts and stops, so those run in a worker thread.
     """
 
-    def __init__(self, repository: Path, binary: str | None, log: logging.Logger) -> None:
+    def __init__(
+        self, repository: Path, binary: str | None, ports: Ports, log: logging.Logger
+    ) -> None:
         self.repository = repository
         self.binary = binary
+        self.ports = ports
         self.log = log
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.process: Any = None
+        self.process: TritonProcess | None = None
 
     async def start(self, timeout_s: float) -> Endpoints:
-        from workbench.export import TritonProcess, find_tritonserver
-
         self.process = TritonProcess(
             self.repository,
+            ports=self.ports,
             binary=find_tritonserver(self.binary),
             host=HOST,
             startup_timeout_s=timeout_s,
@@ -224,20 +236,27 @@ class TritonEngine:
             self.process.http_port,
             self.process.grpc_port,
             self.process.metrics_port,
-            int(self.process.pid),
+            int(self.process.pid or 0),
         )
 
     async def wait(self) -> int:
         process = self.process.process if self.process is not None else None
         if process is None:
             return 0
-        return int(await threads.run(Work.PROCESS, process.wait))
+        code = int(await threads.run(Work.PROCESS, process.wait))
+        self._read_tail()  # what the host reports when the server died
+        return code
 
     async def stop(self) -> None:
         if self.process is not None:
-            log_text = self.process.log_text()
-            self.tail.extend(log_text.splitlines()[-TAIL_LINES:])
             await threads.run(Work.PROCESS, self.process.stop)
+            self._read_tail()
+
+    def _read_tail(self) -> None:
+        """The last lines of Triton's log file (it writes no pipe that could be read)."""
+        assert self.process is not None
+        self.tail.clear()
+        self.tail.extend(self.process.log_text().splitlines()[-TAIL_LINES:])
 
 
-__all__ = ["HOST", "Endpoints", "Engine", "EmbeddedEngine", "TritonEngine"]
+__all__ = ["HOST", "Endpoints", "Engine", "EmbeddedEngine", "Ports", "TritonEngine"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from workbench._version import __version__
 from workbench.errors import AlreadyExistsError, NotFoundError, UnavailableError, WorkbenchError
-from workbench.jupyter.engines import EmbeddedEngine, Endpoints, Engine, TritonEngine
+from workbench.jupyter.engines import EmbeddedEngine, Endpoints, Engine, Ports, TritonEngine
 from workbench.jupyter.settings import Workbench
 from workbench.jupyter.stats import StatsSampler
 from workbench.jupyter.triton_client import TritonClient, fetch_text
@@ -117,12 +117,13 @@ class ServerHost:
 
             return RemoteEngine(self.settings.remote_url, self.log)
         assert path is not None, "start() checked it"
+        ports = Ports(self.settings.http_port, self.settings.grpc_port, self.settings.metrics_port)
         if self.settings.engine == "tritonserver":
-            return TritonEngine(path, self.settings.tritonserver, self.log)
+            return TritonEngine(path, self.settings.tritonserver, ports, self.log)
         options = {
-            "http_port": self.settings.http_port,
-            "grpc_port": self.settings.grpc_port,
-            "metrics_port": self.settings.metrics_port,
+            "http_port": ports.http,
+            "grpc_port": ports.grpc,
+            "metrics_port": ports.metrics,
             **EMBEDDED_OPTIONS,
             **self.settings.server_options,
         }
