@@ -7,7 +7,9 @@ the binary tensor extension, gRPC with raw contents) and its echo comes back. Th
 resident memory is summed over its process tree (the server and its stubs), sampled every
 20 ms while the request runs (peak) and 2 s after the reply (settled), each against the
 baseline before the request. Numbers are MiB above that baseline; ratios are workbench/Triton
-(below 1.00x: we hold less).
+(below 1.00x: we hold less). RSS counts a shared-memory page once in each process that maps it
+(the server and its stub both do); the proportional set size (PSS) counts it once in all, so
+the workbench's PSS peak divided by the request's size is the number of copies it held.
 
     python benchmarks/large_message_memory.py --sizes-mib 256 1024 --json out.json
 
@@ -57,40 +59,45 @@ class Point:
     size_mib: int
     baseline_mib: float
     peak_mib: float
+    #: the peak of the proportional set size (a page shared by server and stub counted once)
+    peak_pss_mib: float
     settled_mib: float
     seconds: float
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (stubs included)."""
+def tree_memory(pid: int) -> tuple[int, int]:
+    """Resident and proportional bytes of ``pid`` and all its descendants (stubs included)."""
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
-    total = 0
+        return 0, 0
+    rss = pss = 0
     for process in processes:
         try:
-            total += process.memory_info().rss
+            memory = process.memory_full_info()
         except psutil.NoSuchProcess:
-            pass
-    return total
+            continue
+        rss, pss = rss + memory.rss, pss + memory.pss
+    return rss, pss
 
 
 @contextmanager
-def peak_sampler(pid: int) -> Iterator[Callable[[], int]]:
-    """Samples ``tree_rss(pid)`` on a thread; yields a function returning the peak so far."""
-    peak = [tree_rss(pid)]
+def peak_sampler(pid: int) -> Iterator[Callable[[], tuple[int, int]]]:
+    """Samples ``tree_memory(pid)`` on a thread; yields a function returning the peaks so far
+    (RSS, PSS)."""
+    peak = list(tree_memory(pid))
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(SAMPLE_S):
-            peak[0] = max(peak[0], tree_rss(pid))
+            rss, pss = tree_memory(pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
-        yield lambda: peak[0]
+        yield lambda: (peak[0], peak[1])
     finally:
         done.set()
         thread.join()
@@ -122,14 +129,14 @@ def send(protocol: str, url: str, array: np.ndarray) -> None:
 def measure(server: str, pid: int, url: str, protocol: str, size_mib: int) -> Point:
     array = np.ones((1, size_mib * MIB), dtype=np.uint8)
     time.sleep(SETTLE_S)
-    baseline = tree_rss(pid)
+    baseline, baseline_pss = tree_memory(pid)
     started = time.monotonic()
     with peak_sampler(pid) as peak:
         send(protocol, url, array)
         seconds = time.monotonic() - started
         time.sleep(SETTLE_S)
-        settled = tree_rss(pid)
-        highest = peak()
+        settled = tree_memory(pid)[0]
+        highest, highest_pss = peak()
     del array
     return Point(
         server,
@@ -137,6 +144,7 @@ def measure(server: str, pid: int, url: str, protocol: str, size_mib: int) -> Po
         size_mib,
         baseline / MIB,
         (highest - baseline) / MIB,
+        (highest_pss - baseline_pss) / MIB,
         (settled - baseline) / MIB,
         seconds,
     )
@@ -194,6 +202,7 @@ def report(points: list[Point], sizes: list[int]) -> None:
                     f"{theirs.peak_mib:.0f}",
                     f"{ours.peak_mib:.0f}",
                     ratio(ours.peak_mib, theirs.peak_mib),
+                    f"{ours.peak_pss_mib:.0f} ({ours.peak_pss_mib / size:.1f})",
                     f"{theirs.settled_mib:.0f}",
                     f"{ours.settled_mib:.0f}",
                 ]
@@ -204,12 +213,16 @@ def report(points: list[Point], sizes: list[int]) -> None:
         "Triton peak",
         "workbench peak",
         "peak ratio",
+        "workbench PSS peak (copies)",
         "Triton settled",
         "workbench settled",
     ]
     table = markdown_table(header, rows)
     print(table)
-    body = "MiB above each server's resident memory before the request.\n\n" + table
+    body = (
+        "MiB above each server's resident memory before the request (RSS; PSS counts a page "
+        "shared by the server and its stub once).\n\n" + table
+    )
     write_report(
         results_path("large_message_memory"), "Large message memory", body, machine_info(), ""
     )

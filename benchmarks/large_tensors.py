@@ -45,7 +45,7 @@ from _harness import (
     workbench_server,
     write_report,
 )
-from large_message_memory import peak_sampler, tree_rss
+from large_message_memory import peak_sampler, tree_memory
 
 from tests.integration.peers import TritonServerProcess, copy_repository, prepare
 
@@ -205,7 +205,7 @@ def measure(cell: Cell, pid: int, url: str, seconds: float, warmup: int) -> Cell
             cell.requests, cell.seconds, latencies = closed_loop(
                 make_send, cell.concurrency, seconds, warmup
             )
-            cell.peak_rss_mib = peak() / MIB
+            cell.peak_rss_mib = peak()[0] / MIB
         cell.p50_ms = statistics.median(latencies) if latencies else 0.0
     except Exception as exc:  # noqa: BLE001 - a failed cell is reported, the run goes on
         cell.error = str(exc)
@@ -228,7 +228,7 @@ def run_server(
 ) -> tuple[list[Cell], float]:
     """Every cell of ``models`` on one server, and its tree's idle RSS before them (MiB)."""
     time.sleep(1.0)
-    idle = tree_rss(pid) / MIB
+    idle = tree_memory(pid)[0] / MIB
     print(f"{server}: idle RSS {idle:,.0f} MiB", flush=True)
     cells = []
     for model in models:
