@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from workbench import threads
 from workbench._types import serialize_bytes, split_bytes
+from workbench.backends.python._model_bls import InferenceTrace, ResponseIterator
 from workbench.backends.python._model_config import ModelConfig
 from workbench.backends.python._model_dlpack import array_from_dlpack, array_to_dlpack
 from workbench.backends.python._model_errors import TritonError, TritonModelException
@@ -247,32 +248,6 @@ class InferenceResponse:
         return json.dumps(self._parameters)
 
 
-class InferenceTrace:
-    """A request's trace (``request.trace()``), as Triton's ``c_python_backend_utils`` type.
-
-    A BLS request built with ``InferenceRequest(..., trace=request.trace())`` is traced as a
-    child of the request (``parent_id``) when the request is traced; without ``trace=`` a BLS
-    request is not traced (as in Triton 2.51, ``docs/triton-trace-facts.md``).
-    """
-
-    __slots__ = ("_trace",)
-
-    def __init__(self) -> None:
-        #: the backend's handle on the request's trace (None: the request is not traced)
-        self._trace: RequestTrace | None = None
-
-    @classmethod
-    def _of(cls, trace: RequestTrace | None) -> InferenceTrace:
-        made = cls()
-        made._trace = trace
-        return made
-
-    def get_context(self, key: str = "") -> str | None:
-        """The OpenTelemetry context the request propagates; always None here: spans are
-        built once the request is answered, so there is no live context to hand out."""
-        return None
-
-
 class InferenceRequest:
     """A request handed to ``execute``, or (built by the model) a BLS request to run."""
 
@@ -413,39 +388,6 @@ class InferenceRequest:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
         return loop.run_in_executor(threads.pool(Work.BLS), context.run, self.exec, decoupled)
-
-
-class ResponseIterator:
-    """The responses of a decoupled BLS call (``exec(decoupled=True)``), as they arrive.
-
-    As Triton's: once the last response was read, iterating again starts from the first.
-    """
-
-    def __init__(self, responses: Iterator[InferenceResponse]) -> None:
-        self._source = responses
-        self._seen: list[InferenceResponse] = []
-        self._index = 0
-        self._finished = False
-
-    def __iter__(self) -> ResponseIterator:
-        if self._finished and self._index >= len(self._seen):
-            self._index = 0
-        return self
-
-    def __next__(self) -> InferenceResponse:
-        if self._finished:
-            if self._index >= len(self._seen):
-                raise StopIteration
-            self._index += 1
-            return self._seen[self._index - 1]
-        try:
-            response = next(self._source)
-        except StopIteration:
-            self._finished = True
-            self._index = len(self._seen)
-            raise
-        self._seen.append(response)
-        return response
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
