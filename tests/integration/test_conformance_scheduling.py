@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,20 +139,26 @@ def test_queue_timeout_rejects(servers: Servers) -> None:
     check(servers, scenario, ([200, expired, expired], expected))
 
 
-def test_request_timeout_lowers_the_default(servers: Servers) -> None:
+def test_request_timeout_lowers_the_default(servers: Servers, tmp_path: Path) -> None:
     """A request's own ``timeout`` (50 ms) applies; its neighbour keeps the 300 ms default.
 
-    The first request runs 600 ms; the second's deadline is 0.45 s, the third's 0.75 s.
+    The first request runs until the test opens its gate, just after it sent the third: the
+    second (sent at 0.3 s) has been queued past its 50 ms by then, the third is within its
+    300 ms. Margins of ~250 ms either way; before the gate, a fixed 600 ms run left 150 ms,
+    which a loaded machine (and real Triton on it) sometimes missed.
     """
+    runs = iter(range(100))
 
     def scenario(port: int) -> Any:
         model = "queue_timeout_reject"
+        gate = tmp_path / f"gate-{port}-{next(runs)}"
         calls = [
-            (0.0, _one(port, model)),
-            (0.40, _one(port, model, parameters={"timeout": 50000})),
-            (0.45, _one(port, model)),
+            (0.0, _one(port, model, parameters={"gate": str(gate)})),
+            (0.30, _one(port, model, parameters={"timeout": 50000})),
+            (0.60, _one(port, model)),
+            (0.60, gate.touch),
         ]
-        return _statuses_and_errors(staggered(calls))
+        return _statuses_and_errors(staggered(calls)[:3])
 
     expected = [200, (503, {"error": "Request timeout expired"}), 200]
     check(servers, scenario, expected, apart=True)
