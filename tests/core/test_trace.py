@@ -95,6 +95,25 @@ def test_children_come_first_even_when_their_parent_reported_nothing_before_them
     assert [e["id"] for e in entries] == [2] * 8 + [1] * 9
 
 
+def test_a_held_child_that_ends_after_its_parent_is_answered_is_written_with_it() -> None:
+    """A decoupled BLS call may end after its caller answered: Triton writes the trace when
+    the last of its requests is freed, so the caller's waits for the call's."""
+    sink, traces = record()
+    parent = traces.new_trace()
+    child, done = parent.spawn(hold=True), parent.spawn(hold=True)
+    done.report_request("add_one", 1, "", times())
+    done.let_go()
+    parent.report_request("bls", 1, "", times())
+    parent.release()
+    assert sink.written == []  # ``child`` still runs
+    child.report_request("repeat", 1, "c", times())
+    child.let_go()
+    (entries,) = sink.written
+    assert [e["id"] for e in entries if "model_name" in e] == [3, 2, 1]
+    parent.release()
+    assert len(sink.written) == 1  # written once
+
+
 def test_level_tensors_alone_writes_tensors_but_no_timestamps() -> None:
     sink, traces = record(TraceLevel.TENSORS)
     trace = traces.new_trace()

@@ -88,10 +88,13 @@ class InferenceClient(Protocol):
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> list[Tensor]:
         """Run an inference on this server from a worker thread; raises ``WorkbenchError``.
 
-        ``trace``: the calling request's trace; the inference is then traced as its child."""
+        ``trace``: the calling request's trace; the inference is then traced as its child.
+        ``request_id``: the BLS request's own id (``InferenceRequest(request_id=...)``), which
+        the called model sees and its trace names; Triton does not inherit the caller's."""
         ...
 
     def infer_stream_sync(
@@ -104,9 +107,10 @@ class InferenceClient(Protocol):
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> Iterator[tuple[ExecResult, bool]]:
         """Every response of a request, as ``(result, final)``, from a worker thread
-        (``trace`` as for ``infer_sync``).
+        (``trace`` and ``request_id`` as for ``infer_sync``).
 
         For ``exec(decoupled=True)``: several responses for a decoupled model, one for any
         other. The last has ``final`` set; a final result with no outputs is Triton's "complete,

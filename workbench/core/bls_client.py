@@ -58,8 +58,11 @@ class CoreClient:
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> list[Tensor]:
-        request = _request(model_name, inputs, model_version, requested_outputs, parameters)
+        request = _request(
+            model_name, inputs, model_version, requested_outputs, parameters, request_id
+        )
         return self._call(self._infer(request, trace), timeout_s).outputs
 
     def infer_stream_sync(
@@ -72,11 +75,14 @@ class CoreClient:
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> Iterator[tuple[ExecResult, bool]]:
-        request = _request(model_name, inputs, model_version, requested_outputs, parameters)
+        request = _request(
+            model_name, inputs, model_version, requested_outputs, parameters, request_id
+        )
         sent = self._sent(request)
         responses = self._call(self._open_stream(request, sent, trace), timeout_s)
-        if isinstance(responses, ExecResult):  # refused at the call
+        if isinstance(responses, ExecResult):  # refused at the call (its trace let go)
             yield responses, True
             return
         try:
@@ -90,7 +96,8 @@ class CoreClient:
         finally:
             # A model that stops reading early: end the stream on the loop (its execution
             # still runs to its end there, as Triton drains an abandoned response iterator).
-            asyncio.run_coroutine_threadsafe(_close(responses), self._loop)
+            # So does the request of a final response: its trace waits for that end.
+            asyncio.run_coroutine_threadsafe(_close(responses, request.trace), self._loop)
 
     def is_model_ready(self, model_name: str, model_version: int = -1) -> bool:
         version = "" if model_version < 0 else str(model_version)
@@ -105,6 +112,8 @@ class CoreClient:
             return await self._core.infer(request)
         except WorkbenchError as exc:
             raise self._refusal(sent, decoupled=False) or exc from None
+        finally:
+            _let_go(request.trace)
 
     def _sent(self, request: InferRequest) -> InferRequest:
         """A copy of ``request`` with its own input dict, kept for ``_refusal``."""
@@ -118,6 +127,7 @@ class CoreClient:
         try:
             return self._core.infer_stream(request)
         except WorkbenchError as exc:
+            _let_go(request.trace)
             return ExecResult(error=self._refusal(sent, decoupled=True) or exc)
 
     async def _next(
@@ -163,9 +173,17 @@ _DECOUPLED = (
 def _child(parent: RequestTrace) -> InferenceTrace | None:
     """The trace of a BLS request made with ``trace=request.trace()`` (spawned on the loop,
     as an ensemble's steps are): a child of the calling request's, written with it, which the
-    core reports like any traced request's. Python models hand back what they were given, so
-    a trace that is not this core's (there is none) traces nothing."""
-    return parent.spawn() if isinstance(parent, InferenceTrace) else None
+    core reports like any traced request's. It holds the caller's record until the call has
+    ended (``_let_go``): a decoupled model may end its request after the caller answered.
+    Python models hand back what they were given, so a trace that is not this core's (there
+    is none) traces nothing."""
+    return parent.spawn(hold=True) if isinstance(parent, InferenceTrace) else None
+
+
+def _let_go(trace: InferenceTrace | None) -> None:
+    """The BLS request of ``trace`` (``_child``'s, or None) has ended."""
+    if trace is not None:
+        trace.let_go()
 
 
 def _wrapped(name: str, why: str) -> InternalError:
@@ -178,8 +196,10 @@ def _request(
     model_version: int,
     requested_outputs: Sequence[str] | None,
     parameters: Parameters | None,
+    request_id: str,
 ) -> InferRequest:
     return InferRequest(
+        id=request_id,
         model_name=model_name,
         model_version="" if model_version < 0 else str(model_version),
         inputs={t.name: t for t in inputs},
@@ -188,9 +208,13 @@ def _request(
     )
 
 
-async def _close(responses: AsyncIterator[InferResponse]) -> None:
-    if isinstance(responses, AsyncGenerator):
-        await responses.aclose()
+async def _close(responses: AsyncIterator[InferResponse], trace: InferenceTrace | None) -> None:
+    """End a decoupled BLS call's stream (the core reports its trace then), then its hold."""
+    try:
+        if isinstance(responses, AsyncGenerator):
+            await responses.aclose()
+    finally:
+        _let_go(trace)
 
 
 __all__ = ["CoreClient", "ServingCore"]

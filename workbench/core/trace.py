@@ -55,7 +55,8 @@ class TraceRecorder(Protocol):
     """What the traces of one front-end request report to (Triton's ``TraceManager::Trace``
     with its callbacks): a front end's timestamps (``CaptureTimestamp``), the core's activities
     (``TraceActivity``: the model header comes with REQUEST_START), tensors
-    (``TraceTensorActivity``), and the release once the request is answered."""
+    (``TraceTensorActivity``), and the release once the request is answered (``RecordLifetime``:
+    written then, or once the BLS calls it spawned have ended)."""
 
     level: TraceLevel
 
@@ -71,21 +72,63 @@ class TraceRecorder(Protocol):
 
     def release(self) -> None: ...
 
+    def hold(self) -> None: ...
+
+    def let_go(self) -> None: ...
+
+
+class RecordLifetime:
+    """When the traces of one front-end request are written: once the request has been
+    answered (``release``) and no request it spawned still holds them (``hold``/``let_go``).
+
+    Triton writes in ``TraceManager::Trace::~Trace`` (``src/tracer.cc``), once the last trace
+    sharing its ``std::shared_ptr`` (the request's, its spawned children's) is released: a BLS
+    call's request may end after its caller answered, as a decoupled model's that returns from
+    ``execute`` after its final flag, and its trace is still in the file (observed)."""
+
+    def __init__(self) -> None:
+        self.released = False
+        #: spawned requests not yet ended
+        self._holds = 0
+        self._written = False
+
+    def hold(self) -> None:
+        """A spawned request (a BLS call) runs: the record waits for its ``let_go``."""
+        self._holds += 1
+
+    def let_go(self) -> None:
+        """A request that ``hold`` waited for has ended."""
+        self._holds -= 1
+        self._write_when_done()
+
+    def release(self) -> None:
+        """The front-end request has been answered (once; again does nothing)."""
+        self.released = True
+        self._write_when_done()
+
+    def _write_when_done(self) -> None:
+        if self.released and not self._holds and not self._written:
+            self._written = True
+            self._write()
+
+    def _write(self) -> None:
+        raise NotImplementedError
+
 
 def _entry(value: dict[str, object]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-class TraceRecord:
+class TraceRecord(RecordLifetime):
     """The traces of one front-end request and of the requests it spawned, written together."""
 
     def __init__(self, sink: TraceSink, level: TraceLevel, ids: Iterator[int]) -> None:
+        super().__init__()
         self.sink = sink
         self.level = level
         self._ids = ids
         #: trace id -> its entries (JSON texts), in the order they were reported
         self.streams: dict[int, list[str]] = {}
-        self.released = False
 
     def new_trace(self, parent_id: int = 0) -> InferenceTrace:
         return InferenceTrace(self, next(self._ids), parent_id)
@@ -110,17 +153,14 @@ class TraceRecord:
         entry = {"id": trace_id, "activity": activity, "tensor": tensor_json(tensor)}
         self.add(trace_id, _entry(entry))
 
-    def release(self) -> None:
-        """Hand the entries to the setting (once): Triton does it when the request is freed.
+    def _write(self) -> None:
+        """Hand the entries to the setting: Triton does it when the request is freed.
 
         Triton keeps the ids in a ``std::unordered_map`` and writes them in its iteration order,
         which for the few consecutive ids of one request is the reverse of their creation
         (ensemble steps and BLS calls first, the request itself last). Ids are created in that
         order; the order entries were reported in is not it (the gRPC front end reports its
         timestamps once the request is answered, after its children's)."""
-        if self.released:
-            return
-        self.released = True
         streams = [",".join(self.streams[i]) for i in sorted(self.streams, reverse=True)]
         if streams:
             self.sink.write_trace(",".join(streams))
@@ -149,9 +189,17 @@ class InferenceTrace:
     def tensors(self) -> bool:
         return bool(self.record.level & TraceLevel.TENSORS)
 
-    def spawn(self) -> InferenceTrace:
-        """A child trace (an ensemble step's request), written with this trace."""
+    def spawn(self, *, hold: bool = False) -> InferenceTrace:
+        """A child trace (an ensemble step's request, a BLS call's), written with this trace;
+        with ``hold``, not before the child's ``let_go`` (a request that may outlive this
+        one's answer)."""
+        if hold:
+            self.record.hold()
         return self.record.new_trace(self.id)
+
+    def let_go(self) -> None:
+        """The request of a child spawned with ``hold`` has ended."""
+        self.record.let_go()
 
     def start(self) -> None:
         """The front end hands the request to the core now (REQUEST_START)."""
@@ -245,6 +293,7 @@ def _elements(datatype: str, flat: np.ndarray) -> Iterator[str]:
 
 __all__ = [
     "InferenceTrace",
+    "RecordLifetime",
     "TraceLevel",
     "TraceRecord",
     "TraceRecorder",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench._types import Tensor
-from workbench.core.trace import InferenceTrace, TraceLevel
+from workbench.core.trace import InferenceTrace, RecordLifetime, TraceLevel
 from workbench.errors import MissingDependencyError
 
 if TYPE_CHECKING:
@@ -161,9 +161,10 @@ class _TraceReport:
     activities: list[tuple[str, int]] = field(default_factory=list)
 
 
-class SpanRecord:
+class SpanRecord(RecordLifetime):
     """The traces of one front-end request (and the requests it spawned) as spans, built when
-    the request is released: a ``TraceRecorder`` for the opentelemetry mode."""
+    the request is released (``RecordLifetime``): a ``TraceRecorder`` for the opentelemetry
+    mode."""
 
     def __init__(
         self,
@@ -172,6 +173,7 @@ class SpanRecord:
         ids: Iterator[int],
         context: Context | None = None,
     ) -> None:
+        super().__init__()
         self.export = export
         self.level = level
         self._ids = ids
@@ -183,7 +185,6 @@ class SpanRecord:
         self.root_events: list[tuple[str, int]] = []
         #: trace id -> its report, in creation order (an ensemble before its steps)
         self.reports: dict[int, _TraceReport] = {}
-        self.released = False
 
     def new_trace(self, parent_id: int = 0) -> InferenceTrace:
         trace = InferenceTrace(self, next(self._ids), parent_id)
@@ -212,11 +213,8 @@ class SpanRecord:
     def tensor(self, trace_id: int, activity: str, tensor: Tensor) -> None:
         log.error("Tensor level tracing is not supported by the mode: %s", OPENTELEMETRY_MODE)
 
-    def release(self) -> None:
-        """Build and end every span (once): the request has been answered."""
-        if self.released:
-            return
-        self.released = True
+    def _write(self) -> None:
+        """Build and end every span: the request has been answered."""
         root = self.export.start(ROOT_SPAN, self._wall(self.sampled_ns), self._context)
         for name, ns in self.root_events:
             root.add_event(name, timestamp=self._wall(ns))

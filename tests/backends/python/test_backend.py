@@ -364,6 +364,40 @@ def test_bls_through_the_instance_client(repo: Path) -> None:
     instance.close()
 
 
+BLS_REQUEST_ID_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "X")
+
+        def double(**options):
+            return pb_utils.InferenceRequest(
+                model_name="double", inputs=[x], requested_output_names=["Y"], **options
+            )
+
+        double(request_id="exec").exec()
+        await double(request_id="async_exec").async_exec()
+        list(double(request_id="decoupled").exec(decoupled=True))
+        list(await double(request_id="async_decoupled").async_exec(decoupled=True))
+        double().exec()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x.as_numpy())])]
+"""
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["stub", "in_process"])
+def test_a_bls_requests_own_id_reaches_the_client(repo: Path, in_process: bool) -> None:
+    client = FakeClient()
+    pbtxt = XY_PBTXT + (IN_PROCESS if in_process else "")
+    instance = _instance(repo, "bls_id", pbtxt, BLS_REQUEST_ID_MODEL, client=client)
+    [result] = instance.execute([request({"X": np.ones((1, 2), np.float32)}, request_id="caller")])
+    assert result.error is None, result.error
+    # each call's own id, "" when it has none: never the calling request's
+    assert client.request_ids == ["exec", "async_exec", "decoupled", "async_decoupled", ""]
+    instance.close()
+
+
 SENDER_MODEL = """
 import triton_python_backend_utils as pb_utils
 

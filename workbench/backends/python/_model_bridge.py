@@ -192,4 +192,5 @@ def _call_options(request: pb_utils.InferenceRequest) -> dict[str, Any]:
         "parameters": dict(request._parameters),
         "timeout_s": timeout_us / 1e6 if timeout_us else None,
         "trace": request._trace,
+        "request_id": request.request_id(),
     }

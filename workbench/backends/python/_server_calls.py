@@ -79,15 +79,15 @@ class StubCalls:
 
         A call naming a trace id (``trace=request.trace()`` of a traced request still in the
         stub) passes that request's trace: the core traces the call as its child."""
-        _, _, block, model_name, version, descs, requested, parameters, timeout_s, trace_id = (
-            message
-        )
+        (_, _, block, model_name, version, descs, requested, parameters, timeout_s, trace_id,
+         request_id) = message  # fmt: skip
         options = {
             "model_version": version,
             "requested_outputs": requested,
             "parameters": parameters,
             "timeout_s": timeout_s,
             "trace": self._traces.get(trace_id) if trace_id else None,
+            "request_id": request_id,
         }
         return model_name, read_block(self._from_stub, block, descs), options
 

@@ -38,6 +38,8 @@ EXECUTE = 1
 FINALIZE = 2
 REPLY = 3
 RESPONSE = 4
+#: a BLS call: ``(BLS, key, block, model name, version, descs, requested outputs,
+#: parameters, timeout_s, trace id: 0 when untraced, request id)``, as ``BLS_STREAM``
 BLS = 5
 READY = 6
 LOG = 7

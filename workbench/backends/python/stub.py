@@ -73,6 +73,7 @@ class StubClient:
         parameters: Parameters | None,
         timeout_s: float | None,
         trace: RequestTrace | None,
+        request_id: str,
     ) -> int:
         """Send a BLS call (``BLS`` or ``BLS_STREAM``), its inputs in shared memory; its key."""
         stub = self._stub
@@ -81,7 +82,7 @@ class StubClient:
         requested = list(requested_outputs) if requested_outputs else None
         trace_id = 0 if trace is None else trace.id
         call = (kind, key, block, model_name, model_version, descs, requested, parameters)
-        stub.channel.send((*call, timeout_s, trace_id))
+        stub.channel.send((*call, timeout_s, trace_id, request_id))
         return key
 
     def infer_sync(
@@ -94,11 +95,20 @@ class StubClient:
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> list[Tensor]:
         """Run an inference on the server; raises the server's ``WorkbenchError``."""
         stub = self._stub
         key = self._send(
-            BLS, model_name, inputs, model_version, requested_outputs, parameters, timeout_s, trace
+            BLS,
+            model_name,
+            inputs,
+            model_version,
+            requested_outputs,
+            parameters,
+            timeout_s,
+            trace,
+            request_id,
         )
         _, _, error, out_block, out_descs = stub.channel.wait(key)
         failure = error_from_wire(error)
@@ -116,6 +126,7 @@ class StubClient:
         parameters: Parameters | None = None,
         timeout_s: float | None = None,
         trace: RequestTrace | None = None,
+        request_id: str = "",
     ) -> Iterator[tuple[ExecResult, bool]]:
         """Every response of a decoupled BLS call, as the server sends them (``BLS_STREAM``)."""
         stub = self._stub
@@ -128,6 +139,7 @@ class StubClient:
             parameters,
             timeout_s,
             trace,
+            request_id,
         )
         for n in itertools.count():
             _, _, error, out_block, out_descs, params, final = stub.channel.wait((key, n))
