@@ -1,9 +1,12 @@
 """Sleeps "sleep_ms" (a config parameter) per execute(); OUTPUT0 = INPUT0.
 
 ORDER numbers the execute() calls (0, 1, ...), so a test can see which request ran first.
+A request with a "gate" parameter (a file path) waits for that file instead of sleeping: the
+test decides when the execution ends, whatever the machine's load.
 """
 
 import json
+import os
 import time
 
 import numpy as np
@@ -17,7 +20,13 @@ class TritonPythonModel:
         self.calls = 0
 
     def execute(self, requests):
-        time.sleep(self.sleep_s)
+        gate = json.loads(requests[0].parameters() or "{}").get("gate")
+        if gate:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        else:
+            time.sleep(self.sleep_s)
         order = self.calls
         self.calls += 1
         responses = []
