@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Protocol
@@ -91,24 +92,31 @@ class RecordLifetime:
         #: spawned requests not yet ended
         self._holds = 0
         self._written = False
+        # BLS calls hold and let go on their worker threads, the answer releases on the loop
+        self._lock = threading.Lock()
 
     def hold(self) -> None:
         """A spawned request (a BLS call) runs: the record waits for its ``let_go``."""
-        self._holds += 1
+        with self._lock:
+            self._holds += 1
 
     def let_go(self) -> None:
         """A request that ``hold`` waited for has ended."""
-        self._holds -= 1
+        with self._lock:
+            self._holds -= 1
         self._write_when_done()
 
     def release(self) -> None:
         """The front-end request has been answered (once; again does nothing)."""
-        self.released = True
+        with self._lock:
+            self.released = True
         self._write_when_done()
 
     def _write_when_done(self) -> None:
-        if self.released and not self._holds and not self._written:
-            self._written = True
+        with self._lock:
+            due = self.released and not self._holds and not self._written
+            self._written = self._written or due
+        if due:
             self._write()
 
     def _write(self) -> None:
