@@ -1,9 +1,11 @@
 """Memory of one large request: peak and settled RSS, real Triton 2.51 vs workbench.
 
-Each server (one at a time, each in its own process) serves ``identity_all`` from
-``tests/assets/conformance_repo`` (Python backend: the tensor crosses to the stub process and
-back). For every size and protocol, one request carries a ``UINT8[1, size]`` tensor (HTTP with
-the binary tensor extension, gRPC with raw contents) and its echo comes back. The server's
+Each server (one at a time, each in its own process) serves two Python-backend models (the
+tensor crosses to the stub process): ``identity_all`` from ``tests/assets/conformance_repo``
+echoes it, ``checksum_py`` from ``tests/assets/large_tensor_repo`` answers with the sum of its
+bytes (a large input, a small output: the request's own copy is all a server must hold). For
+every model, size and protocol, one request carries a ``UINT8`` tensor of that size (HTTP with
+the binary tensor extension, gRPC with raw contents) and its answer is checked. The server's
 resident memory is summed over its process tree (the server and its stubs), sampled every
 20 ms while the request runs (peak) and 2 s after the reply (settled), each against the
 baseline before the request. Numbers are MiB above that baseline; ratios are workbench/Triton
@@ -49,12 +51,15 @@ from tests.integration.peers import TritonServerProcess, copy_repository, prepar
 MIB = 1 << 20
 SAMPLE_S = 0.02
 SETTLE_S = 2.0
-MODEL = "identity_all"
+ECHO = "identity_all"
+CHECKSUM = "checksum_py"
+MODELS = (ECHO, CHECKSUM)
 
 
 @dataclass
 class Point:
     server: str
+    model: str
     protocol: str
     size_mib: int
     baseline_mib: float
@@ -103,36 +108,41 @@ def peak_sampler(pid: int) -> Iterator[Callable[[], tuple[int, int]]]:
         thread.join()
 
 
-def send(protocol: str, url: str, array: np.ndarray) -> None:
-    """One identity request carrying ``array``; checks the echo's size."""
+def send(model: str, protocol: str, url: str, array: np.ndarray) -> None:
+    """One request carrying ``array``; checks the echo's size or the checksum."""
+    names = ("IN_UINT8", "OUT_UINT8") if model == ECHO else ("INPUT0", "OUTPUT0")
     if protocol == "http":
         import tritonclient.http as client_module
 
         client = client_module.InferenceServerClient(url, network_timeout=600)
-        tensor = client_module.InferInput("IN_UINT8", list(array.shape), "UINT8")
+        tensor = client_module.InferInput(names[0], list(array.shape), "UINT8")
         tensor.set_data_from_numpy(array, binary_data=True)
-        wanted = [client_module.InferRequestedOutput("OUT_UINT8", binary_data=True)]
-        result = client.infer(MODEL, [tensor], outputs=wanted)
+        wanted = [client_module.InferRequestedOutput(names[1], binary_data=True)]
+        result = client.infer(model, [tensor], outputs=wanted)
     else:
         import tritonclient.grpc as client_module  # type: ignore[no-redef]
 
         limit = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         client = client_module.InferenceServerClient(url, channel_args=limit)
-        tensor = client_module.InferInput("IN_UINT8", list(array.shape), "UINT8")
+        tensor = client_module.InferInput(names[0], list(array.shape), "UINT8")
         tensor.set_data_from_numpy(array)
-        result = client.infer(MODEL, [tensor], client_timeout=600)
-    echo = result.as_numpy("OUT_UINT8")
-    assert echo is not None and echo.nbytes == array.nbytes, "the echo lost bytes"
+        result = client.infer(model, [tensor], client_timeout=600)
+    answer = result.as_numpy(names[1])
+    if model == ECHO:
+        assert answer is not None and answer.nbytes == array.nbytes, "the echo lost bytes"
+    else:
+        assert answer is not None and int(answer[0]) == array.size, "wrong checksum"
     client.close()
 
 
-def measure(server: str, pid: int, url: str, protocol: str, size_mib: int) -> Point:
-    array = np.ones((1, size_mib * MIB), dtype=np.uint8)
+def measure(server: str, pid: int, url: str, model: str, protocol: str, size_mib: int) -> Point:
+    shape = (1, size_mib * MIB) if model == ECHO else (size_mib * MIB,)
+    array = np.ones(shape, dtype=np.uint8)
     time.sleep(SETTLE_S)
     baseline, baseline_pss = tree_memory(pid)
     started = time.monotonic()
     with peak_sampler(pid) as peak:
-        send(protocol, url, array)
+        send(model, protocol, url, array)
         seconds = time.monotonic() - started
         time.sleep(SETTLE_S)
         settled = tree_memory(pid)[0]
@@ -140,6 +150,7 @@ def measure(server: str, pid: int, url: str, protocol: str, size_mib: int) -> Po
     del array
     return Point(
         server,
+        model,
         protocol,
         size_mib,
         baseline / MIB,
@@ -152,12 +163,22 @@ def measure(server: str, pid: int, url: str, protocol: str, size_mib: int) -> Po
 
 def run(server: str, pid: int, urls: dict[str, str], sizes: list[int]) -> list[Point]:
     points = []
-    for protocol in ("http", "grpc"):
-        for size in sizes:
-            point = measure(server, pid, urls[protocol], protocol, size)
-            print(f"{server:12} {protocol:4} {size:5} MiB: {point}", flush=True)
-            points.append(point)
+    for model in MODELS:
+        for protocol in ("http", "grpc"):
+            for size in sizes:
+                point = measure(server, pid, urls[protocol], model, protocol, size)
+                print(f"{server:12} {model:12} {protocol:4} {size:5} MiB: {point}", flush=True)
+                points.append(point)
     return points
+
+
+def repository(work: Path, name: str) -> Path:
+    """The conformance repository with ``checksum_py`` added."""
+    repo = copy_repository(REPO_ROOT / "tests" / "assets" / "conformance_repo", work / name)
+    shutil.copytree(
+        REPO_ROOT / "tests" / "assets" / "large_tensor_repo" / CHECKSUM, repo / CHECKSUM
+    )
+    return repo
 
 
 def main() -> None:
@@ -167,19 +188,18 @@ def main() -> None:
     args = parser.parse_args()
     peers = prepare()
     work = Path(tempfile.mkdtemp(prefix="large-message-"))
-    source = REPO_ROOT / "tests" / "assets" / "conformance_repo"
     points: list[Point] = []
-    repo = copy_repository(source, work / "triton_repo")
+    repo = repository(work, "triton_repo")
     with TritonServerProcess(
-        peers, repo, log_path=work / "triton.log", load_models=[MODEL]
+        peers, repo, log_path=work / "triton.log", load_models=list(MODELS)
     ) as triton:
         assert triton.pid is not None
         urls = {"http": triton.http_url, "grpc": triton.grpc_url}
         points += run(TRITON, triton.pid, urls, args.sizes_mib)
-    repo = copy_repository(source, work / "workbench_repo")
+    repo = repository(work, "workbench_repo")
     # Triton 2.51 has no HTTP body limit; ours (Triton 2.52's flag) defaults to 64 MiB
     body_limit = [f"--http-max-input-size={2 * max(args.sizes_mib) * MIB}"]
-    with workbench_server(repo, work / "workbench.log", [MODEL], body_limit) as ours:
+    with workbench_server(repo, work / "workbench.log", list(MODELS), body_limit) as ours:
         assert ours.process is not None
         urls = {"http": ours.http_url, "grpc": ours.grpc_url}
         points += run(WORKBENCH, ours.process.pid, urls, args.sizes_mib)
@@ -190,38 +210,48 @@ def main() -> None:
 
 
 def report(points: list[Point], sizes: list[int]) -> None:
-    by_key = {(p.server, p.protocol, p.size_mib): p for p in points}
+    by_key = {(p.server, p.model, p.protocol, p.size_mib): p for p in points}
     rows = []
-    for protocol in ("http", "grpc"):
-        for size in sizes:
-            theirs, ours = by_key[(TRITON, protocol, size)], by_key[(WORKBENCH, protocol, size)]
-            rows.append(
-                [
-                    protocol,
-                    f"{size}",
-                    f"{theirs.peak_mib:.0f}",
-                    f"{ours.peak_mib:.0f}",
-                    ratio(ours.peak_mib, theirs.peak_mib),
-                    f"{ours.peak_pss_mib:.0f} ({ours.peak_pss_mib / size:.1f})",
-                    f"{theirs.settled_mib:.0f}",
-                    f"{ours.settled_mib:.0f}",
-                ]
-            )
+    for model in MODELS:
+        for protocol in ("http", "grpc"):
+            for size in sizes:
+                theirs = by_key[(TRITON, model, protocol, size)]
+                ours = by_key[(WORKBENCH, model, protocol, size)]
+                rows.append(
+                    [
+                        model,
+                        protocol,
+                        f"{size}",
+                        f"{theirs.peak_mib:.0f}",
+                        f"{ours.peak_mib:.0f}",
+                        ratio(ours.peak_mib, theirs.peak_mib),
+                        f"{theirs.peak_pss_mib:.0f} ({theirs.peak_pss_mib / size:.1f})",
+                        f"{ours.peak_pss_mib:.0f} ({ours.peak_pss_mib / size:.1f})",
+                        ratio(ours.peak_pss_mib, theirs.peak_pss_mib),
+                        f"{theirs.settled_mib:.0f}",
+                        f"{ours.settled_mib:.0f}",
+                    ]
+                )
     header = [
+        "model",
         "protocol",
         "request MiB",
-        "Triton peak",
-        "workbench peak",
-        "peak ratio",
+        "Triton RSS peak",
+        "workbench RSS peak",
+        "RSS ratio",
+        "Triton PSS peak (copies)",
         "workbench PSS peak (copies)",
+        "PSS ratio",
         "Triton settled",
         "workbench settled",
     ]
     table = markdown_table(header, rows)
     print(table)
     body = (
-        "MiB above each server's resident memory before the request (RSS; PSS counts a page "
-        "shared by the server and its stub once).\n\n" + table
+        "MiB above each server's memory before the request, summed over its process tree (the "
+        "server and its Python stubs). RSS counts a page shared by the server and a stub in "
+        "each; PSS counts it once, so a PSS peak divided by the request's size is the number "
+        "of copies held.\n\n" + table
     )
     write_report(
         results_path("large_message_memory"), "Large message memory", body, machine_info(), ""

@@ -18,6 +18,7 @@ import pytest
 
 from tests.backends.model_folders import context_for, load_config, request, write_model
 from tests.backends.python.fakes import FakeClient
+from workbench import shared_buffers
 from workbench._types import Tensor
 from workbench.backends.python import (
     ProcessModelInstance,
@@ -303,6 +304,53 @@ def test_large_and_string_tensors_cross_shared_memory(repo: Path, instances: lis
         assert out["A"][0, 0] == -1.0 and np.array_equal(out["A"][1:], big[1:])
         assert big[0, 0] == 0.0  # the server's copy is untouched
         assert out["S"].tolist() == strings.tolist()
+
+
+def _in_shared_body(array: np.ndarray) -> np.ndarray:
+    """``array`` copied into a buffer the stub can map, as a large HTTP body is read."""
+    view = shared_buffers.allocate(array.nbytes)
+    shared = np.ndarray(array.shape, array.dtype, view)
+    shared[...] = array
+    return shared
+
+
+@pytest.mark.skipif(not shared_buffers.available(), reason="needs memfd_create and /proc")
+def test_an_input_in_a_shared_body_reaches_the_stub_uncopied_and_unchanged(
+    repo: Path, instances: list[Any]
+) -> None:
+    # Issue #12: the stub maps the body copy-on-write instead of receiving a copy; the model
+    # writing into its input changes only its own pages.
+    folder = write_model(repo, "echo", ECHO_PBTXT, {"1/model.py": ECHO})
+    instance = PythonBackend().create_instance(context_for(folder))
+    instances.append(instance)
+    big = _in_shared_body(np.arange(1500 * 1000, dtype=np.float64).reshape(1500, 1000))
+    strings = np.array([b"s"], dtype=np.object_)
+    [result] = instance.execute([request({"A": big, "S": Tensor("S", "BYTES", strings)})])
+    assert result.error is None, result.error
+    out = {t.name: t.array for t in result.outputs}
+    assert out["A"][0, 0] == -1.0 and np.array_equal(out["A"][1:], big[1:])
+    assert big[0, 0] == 0.0  # the body, which an ensemble might hand to another step
+    assert instance._stub._to_stub.region.size < big.nbytes  # never copied into the region
+
+
+@pytest.mark.skipif(not shared_buffers.available(), reason="needs memfd_create and /proc")
+def test_a_body_the_stub_cannot_map_fails_its_request_only(
+    repo: Path, instances: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = write_model(repo, "echo", ECHO_PBTXT, {"1/model.py": ECHO})
+    instance = PythonBackend().create_instance(context_for(folder))
+    instances.append(instance)
+    big = _in_shared_body(np.ones((100, 1000), dtype=np.float64))
+    strings = np.array([b"s"], dtype=np.object_)
+    ref_of, stub_pid = shared_buffers.ref_of, instance._stub.pid
+    with monkeypatch.context() as patch:  # a descriptor the server does not have
+        patch.setattr(shared_buffers, "ref_of", lambda a: (*ref_of(a)[:1], 1 << 20, 0, 0))
+        [result] = instance.execute([request({"A": big, "S": Tensor("S", "BYTES", strings)})])
+    assert isinstance(result.error, InternalError)
+    assert "failed to read the request's inputs" in str(result.error)
+    [result] = instance.execute([request({"A": big, "S": Tensor("S", "BYTES", strings)})])
+    assert result.error is None, result.error
+    assert instance._stub.pid == stub_pid  # the same stub served it: the failure was the request's
 
 
 BLS_PBTXT = """

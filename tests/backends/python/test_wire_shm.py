@@ -19,7 +19,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from workbench import shared_buffers
+from workbench._types import Tensor
 from workbench.backends.python._wire_shm import (
+    INITIAL_SIZE,
     RELEASE_AT_ONCE_BYTES,
     RELEASE_BYTES,
     BlockWriter,
@@ -118,3 +121,62 @@ def test_a_huge_block_gives_its_pages_back_as_soon_as_its_arrays_are_gone(
     del received
     gc.collect()
     assert _held(fd) < RELEASE_BYTES  # at once, without waiting for the writer
+
+
+# -- tensors left in a shared buffer (a large request body) ---------------------------------
+
+
+def _body(nbytes: int) -> np.ndarray:
+    """A request body the HTTP front end read into a shared buffer, as FP32 values."""
+    body = np.frombuffer(shared_buffers.allocate(nbytes), dtype=np.float32)
+    body[:] = np.arange(body.size, dtype=np.float32)
+    return body
+
+
+def test_a_large_input_in_a_shared_body_is_referred_to_not_copied(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, fd = regions
+    body = _body(8 * MIB)
+    big = body[16:]  # a tensor after the request's JSON header
+    small = np.arange(10, dtype=np.int32)
+    parts = [Tensor("SMALL", "INT32", small), Tensor("BIG", "FP32", big)]
+    block, descs = writer.write(parts, share=True)
+    assert isinstance(descs[1][4], tuple) and isinstance(descs[0][4], int)
+    assert writer.region.size == INITIAL_SIZE  # only the small tensor went into the block
+    arrays = read_arrays(reader, block, descs)
+    assert np.array_equal(arrays[0], small) and np.array_equal(arrays[1], big)
+    arrays[1][0] = -1.0  # the reader's copy-on-write pages: the body is untouched
+    assert big[0] == 16.0
+    # Without ``share`` (a stub that cannot map the server's files) the tensor is copied.
+    block, descs = writer.write(parts)
+    assert all(isinstance(desc[4], int) for desc in descs)
+    assert np.array_equal(read_arrays(reader, block, descs)[1], big)
+
+
+def test_a_message_of_shared_tensors_only_needs_no_block(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, _ = regions
+    body = _body(8 * MIB)
+    half = body.size // 2
+    block, descs = writer.write(
+        [Tensor("A", "FP32", body[:half]), Tensor("B", "FP32", body[half:])], share=True
+    )
+    assert block == -1
+    first, second = read_arrays(reader, block, descs)
+    assert np.array_equal(first, body[:half]) and np.array_equal(second, body[half:])
+
+
+def test_a_small_or_bytes_tensor_in_a_shared_body_is_still_copied(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, _ = regions
+    body = _body(8 * MIB)
+    names = np.array([b"a", b"bc"], dtype=np.object_)
+    block, descs = writer.write(
+        [Tensor("SMALL", "FP32", body[:100]), Tensor("NAMES", "BYTES", names)], share=True
+    )
+    assert all(isinstance(desc[4], int) for desc in descs)
+    small, read_names = read_arrays(reader, block, descs)
+    assert np.array_equal(small, body[:100]) and list(read_names) == [b"a", b"bc"]

@@ -24,7 +24,7 @@ from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from workbench import threads
+from workbench import shared_buffers, threads
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
 from workbench.backends.exit_deadline import ExitDeadline
 from workbench.backends.python._model_loader import ADDED_PATHS
@@ -113,6 +113,10 @@ class StubGone(ChannelClosed):
     """The stub was dead before a call reached it: nothing was in flight."""
 
 
+#: the name ``/proc/<pid>/fd`` shows for the server's region towards a stub (``/memfd:...``)
+TO_STUB_NAME = "workbench-to-stub"
+
+
 class StubProcess:
     """One child process running one model instance."""
 
@@ -134,12 +138,15 @@ class StubProcess:
         #: ended on purpose (``end``: the exit ran out of time): not to be restarted
         self.abandoned = False
         self._end_lock = threading.Lock()
+        #: whether the stub maps the server's shared buffers (``initialize`` finds out)
+        self._share = False
         #: the owner of the custom metrics this stub creates (they end with it)
         self.metrics_owner = object()
         self._reader: threading.Thread | None = None
         self._loop_reader: LoopReader | None = None
         ours, theirs = socket.socketpair()
-        to_stub, from_stub = create_region_fd(), create_region_fd()
+        to_stub = create_region_fd(name=TO_STUB_NAME)
+        from_stub = create_region_fd(name="workbench-from-stub")
         fds = (theirs.fileno(), to_stub, from_stub)
         try:
             self.proc = subprocess.Popen(
@@ -200,11 +207,15 @@ class StubProcess:
             "client": launch.client is not None,
             # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
             "sys_path": [p or os.getcwd() for p in sys.path if p not in ADDED_PATHS],
+            # the stub tries to map it: whether large request bodies reach it without a copy
+            "shared_probe": shared_buffers.probe_ref(),
         }
         key = next(self._keys)
         try:
             self.channel.send((INIT, key, setup))
-            error = error_from_wire(self.channel.wait(key)[2])
+            reply = self.channel.wait(key)
+            error = error_from_wire(reply[2])
+            self._share = len(reply) > 3 and bool(reply[3])
         except ChannelClosed:
             error = InternalError(
                 f"Stub process '{launch.instance_name}' is not healthy: it "
@@ -226,7 +237,7 @@ class StubProcess:
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))
         decoupled = self.launch.spec.decoupled
-        block, wires = write_requests(self._to_stub, requests, tokens, self._traces)
+        block, wires = write_requests(self._to_stub, requests, tokens, self._traces, self._share)
         if decoupled:  # open before the stub may answer: its responses name these tokens
             with self._open_lock:
                 self._open.update(zip(tokens, requests, strict=True))
@@ -313,7 +324,7 @@ class StubProcess:
         """Write the inputs and send the call; its key. ``StubGone`` when the child is gone."""
         key = next(self._keys)
         tokens = list(itertools.islice(self._keys, len(requests)))
-        block, wires = write_requests(self._to_stub, requests, tokens, self._traces)
+        block, wires = write_requests(self._to_stub, requests, tokens, self._traces, self._share)
         try:
             self.channel.send((EXECUTE, key, block, wires))
         except ChannelClosed:

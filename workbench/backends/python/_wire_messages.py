@@ -103,18 +103,24 @@ def _split(descs: list[TensorDesc], counts: list[int]) -> list[list[TensorDesc]]
 
 
 def write_requests(
-    writer: BlockWriter, requests: Sequence[ExecRequest], tokens: Sequence[int], traces: TraceTable
+    writer: BlockWriter,
+    requests: Sequence[ExecRequest],
+    tokens: Sequence[int],
+    traces: TraceTable,
+    share: bool = False,
 ) -> tuple[int, list[RequestWire]]:
     """Put the inputs of ``requests`` into one block; the block and each request's wire form.
 
-    The traces of traced requests go into ``traces`` (the caller forgets them once answered)."""
+    The traces of traced requests go into ``traces`` (the caller forgets them once answered).
+    ``share``: the stub can map the server's shared buffers, so an input lying in one (a large
+    request body) is referred to, not copied (the request outlives the stub's read of it)."""
     if len(requests) == 1:  # the common case, without the splitting
         request = requests[0]
-        block, descs = writer.write(list(request.inputs.values()))
+        block, descs = writer.write(list(request.inputs.values()), share)
         wire = (tokens[0], request.id, request.requested_outputs, request.parameters, descs)
         return block, [(*wire, _trace_id(request, traces))]
     inputs = [list(request.inputs.values()) for request in requests]
-    block, descs = writer.write([tensor for tensors in inputs for tensor in tensors])
+    block, descs = writer.write([tensor for tensors in inputs for tensor in tensors], share)
     wires: list[RequestWire] = [
         (
             token,

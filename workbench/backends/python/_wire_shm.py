@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench import threads
+from workbench import shared_buffers, threads
 from workbench._types import Tensor
 from workbench.backends.python.pb_utils import deserialize_bytes_tensor, serialize_byte_tensor
 from workbench.config.dtypes import WIRE_TO_NUMPY
@@ -53,8 +53,9 @@ RELEASE_AT_ONCE_BYTES = 64 << 20
 _PAGE = mmap.PAGESIZE
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared file's pages
 
-#: one tensor in a block: (name, datatype, shape, numpy dtype string, offset, nbytes)
-TensorDesc = tuple[str, str, tuple[int, ...], str, int, int]
+#: one tensor in a block: (name, datatype, shape, numpy dtype string, offset, nbytes); the
+#: offset of a tensor left in a shared buffer is that buffer's ``shared_buffers.Ref``
+TensorDesc = tuple[str, str, tuple[int, ...], str, Any, int]
 #: one tensor to write: (name, wire datatype, array)
 Part = tuple[str, str, Any]
 
@@ -68,12 +69,13 @@ def _aligned(size: int) -> int:
     return (size + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def create_region_fd(size: int = INITIAL_SIZE) -> int:
-    """A new anonymous shared-memory file of ``size`` bytes (the caller owns the fd)."""
+def create_region_fd(size: int = INITIAL_SIZE, name: str = "workbench-python-stub") -> int:
+    """A new anonymous shared-memory file of ``size`` bytes (the caller owns the fd); ``name``
+    is what ``/proc/<pid>/fd`` shows for it (``/memfd:<name>``)."""
     if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("workbench-python-stub", 0)
+        fd = os.memfd_create(name, 0)
     else:  # pragma: no cover - macOS: an unlinked file is just as private
-        handle, path = tempfile.mkstemp(prefix="workbench-python-stub-")
+        handle, path = tempfile.mkstemp(prefix=f"{name}-")
         os.unlink(path)
         fd = handle
     os.ftruncate(fd, size)
@@ -185,11 +187,16 @@ class BlockWriter:
                 end = start + length
             return any(length >= RELEASE_BYTES for _, length in live)
 
-    def write(self, tensors: list[Tensor]) -> tuple[int, list[TensorDesc]]:
-        """Copy ``tensors`` into a new block; its offset (-1: none) and their descriptors."""
-        return self.write_parts(
-            [(tensor.name, tensor.datatype, tensor.array) for tensor in tensors]
-        )
+    def write(self, tensors: list[Tensor], share: bool = False) -> tuple[int, list[TensorDesc]]:
+        """Copy ``tensors`` into a new block; its offset (-1: none) and their descriptors.
+
+        ``share``: a large tensor inside a buffer of ``shared_buffers`` (a request body) is
+        referred to, not copied; the caller keeps it alive until the reader has mapped it.
+        """
+        parts = [(tensor.name, tensor.datatype, tensor.array) for tensor in tensors]
+        if share and shared_buffers.any_live():
+            return self._write_sharing(parts)
+        return self.write_parts(parts)
 
     def write_parts(self, parts: list[Part]) -> tuple[int, list[TensorDesc]]:
         """``write`` for (name, datatype, array) triples: the stub has no ``Tensor`` objects."""
@@ -209,6 +216,22 @@ class BlockWriter:
             offset += (len(data) + _ALIGN - 1) & -_ALIGN
         return block, descs
 
+    def _write_sharing(self, parts: list[Part]) -> tuple[int, list[TensorDesc]]:
+        """``write_parts``, with the tensors that lie in shared buffers referred to in place:
+        their descriptor's offset is a ``shared_buffers.Ref`` and the block holds the rest."""
+        refs = [_shared_ref(datatype, array) for _, datatype, array in parts]
+        copied = [part for part, ref in zip(parts, refs, strict=True) if ref is None]
+        block, copied_descs = self.write_parts(copied) if copied else (-1, [])
+        placed = iter(copied_descs)
+        descs: list[TensorDesc] = []
+        for (name, datatype, array), ref in zip(parts, refs, strict=True):
+            if ref is None:
+                descs.append(next(placed))
+            else:
+                dtype = _DTYPE_STRS.get(array.dtype) or array.dtype.str
+                descs.append((name, datatype, array.shape, dtype, ref, array.nbytes))
+        return block, descs
+
     def _place(
         self, offset: int, name: str, datatype: str, array: Any, data: bytes | memoryview
     ) -> TensorDesc:
@@ -217,6 +240,13 @@ class BlockWriter:
         self.region.map[offset : offset + nbytes] = data
         dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
         return name, datatype, array.shape, dtype, offset, nbytes
+
+
+def _shared_ref(datatype: str, array: Any) -> shared_buffers.Ref | None:
+    """Where a large numeric tensor lies in a shared buffer of this process, or None."""
+    if datatype == "BYTES" or array.nbytes < IN_PLACE_BYTES:
+        return None
+    return shared_buffers.ref_of(array)
 
 
 def _punch(region: Region, start: int, end: int) -> None:
@@ -310,8 +340,11 @@ def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any
     Tensors under ``IN_PLACE_BYTES`` are copied out (cheaper than tracking them). Bigger ones
     are read in place with ``numpy.frombuffer`` and keep their block live until the last array
     viewing it is gone: as in Triton, a model may keep its inputs, and the server its outputs,
-    for as long as it likes.
+    for as long as it likes. A tensor left in a shared buffer (its offset a
+    ``shared_buffers.Ref``) is read from a copy-on-write mapping of that buffer.
     """
+    if descs and any(desc[4].__class__ is tuple for desc in descs):
+        return _read_with_refs(region, block, descs)
     if block < 0:
         return []
     last = descs[-1]  # a block's tensors lie in the order of their descriptors
@@ -339,4 +372,23 @@ def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any
         region.map[block] = 0  # free: every array is a copy
     else:
         region.free_when_unused(block, lease, end)
+    return arrays
+
+
+def _read_with_refs(region: Region, block: int, descs: list[TensorDesc]) -> list[Any]:
+    """``read_arrays`` for a message with tensors left in shared buffers: those are mapped
+    (once per buffer; the arrays keep the mapping), the rest read from the block."""
+    in_block = [desc for desc in descs if desc[4].__class__ is not tuple]
+    from_block = iter(read_arrays(region, block, in_block) if in_block else [])
+    mappings: dict[tuple[int, int, int], Any] = {}
+    arrays = []
+    for _, _, shape, dtype, offset, _ in descs:
+        if offset.__class__ is not tuple:
+            arrays.append(next(from_block))
+            continue
+        key = offset[:3]
+        mapping = mappings.get(key)
+        if mapping is None:
+            mapping = mappings[key] = shared_buffers.map_ref(offset)
+        arrays.append(np.ndarray(shape, _DTYPES.get(dtype) or np.dtype(dtype), mapping, offset[3]))
     return arrays

@@ -23,7 +23,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench import threads
+from workbench import shared_buffers, threads
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ExecResult, RequestTrace
 from workbench.backends.python import pb_utils
@@ -255,7 +255,7 @@ class Stub:
         except Exception as exc:
             self.reply((REPLY, key, error_to_wire(exc)))
             return False
-        self.reply((REPLY, key, None))
+        self.reply((REPLY, key, None, shared_buffers.can_map(setup.get("shared_probe"))))
         return True
 
     def _execute(self, message: Message) -> bool:
@@ -266,7 +266,12 @@ class Stub:
         if runner.spec.decoupled:
             self._execute_decoupled(runner, message)
             return True
-        requests = read_pb_requests(self.inbound, block, wires, runner.spec.outputs)
+        try:
+            requests = read_pb_requests(self.inbound, block, wires, runner.spec.outputs)
+        except OSError as exc:  # a request body the server shared could not be mapped
+            error = InternalError(f"failed to read the request's inputs: {exc}")
+            self.reply((REPLY, key, -1, failed_wires(len(wires), error)))
+            return True
         try:
             responses = runner.run(requests)
         except WorkbenchError as exc:

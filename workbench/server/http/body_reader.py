@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import httptools
 
+from workbench import shared_buffers
 from workbench.server.http.messages import Body
 
 #: methods httptools knows by these names (any other is replayed as POST: only the state counts)
@@ -33,11 +34,13 @@ class BodyOwner(Protocol):
 
 class BodyReader(asyncio.BufferedProtocol):
     """The transport's protocol while the rest of a large body arrives: each read lands in
-    the body's own buffer (fresh anonymous memory, not zeroed first) at its place."""
+    the body's own buffer (fresh anonymous memory, not zeroed first) at its place. A body of
+    ``shared_buffers.SHARED_BYTES`` or more goes into a buffer a stub process can map, so that
+    a Python model reads its inputs where they landed (issue #12: one copy of a request)."""
 
     def __init__(self, connection: BodyOwner, length: int, received: list[Body]) -> None:
         self.connection = connection
-        self.buffer = memoryview(mmap.mmap(-1, length))
+        self.buffer = _body_buffer(length)
         self.filled = 0
         for chunk in received:  # what came in the read that ended the head, and since
             self.buffer[self.filled : self.filled + len(chunk)] = chunk
@@ -57,6 +60,17 @@ class BodyReader(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connection.connection_lost(exc)
+
+
+def _body_buffer(length: int) -> memoryview:
+    """A shareable buffer for a large body where one can be made (no descriptor left, say:
+    then the body is copied to the stub as a smaller one is), else anonymous memory."""
+    if length >= shared_buffers.SHARED_BYTES and shared_buffers.available():
+        try:
+            return shared_buffers.allocate(length)
+        except OSError:
+            pass
+    return memoryview(mmap.mmap(-1, length))
 
 
 def next_parser(connection: Any, keep_alive: bool, method: bytes) -> Any:

@@ -7,8 +7,9 @@ here. A connection instead collects the request (``on_url``/``on_header``/``on_b
 an ``HttpRequest`` to ``HttpApp.handle`` and writes the reply's head and body in one
 ``write``. Requests pipelined on one connection are answered in order, one at a time.
 
-Only streamed (generate) replies use the ASGI ``send``/``receive`` shape, through
-``_StreamSender``: chunked transfer encoding and a ``receive`` that reports the client leaving.
+Replies are written by ``replies.py``; only streamed (generate) replies use the ASGI
+``send``/``receive`` shape, through its ``StreamSender`` (chunked transfer encoding) and a
+``receive`` here that reports the client leaving.
 
 A connection that waits on its client (idle between requests, or a request head that does not
 end) is closed after the timeouts of ``limits.HttpLimits``, and a head over its size limit is
@@ -36,7 +37,6 @@ import math
 import socket
 import time
 from collections import deque
-from http import HTTPStatus
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -45,7 +45,7 @@ import httptools
 from workbench.server.http.body_reader import BodyReader, next_parser
 from workbench.server.http.limits import DEFAULT_LIMITS, HttpLimits
 from workbench.server.http.messages import Body, HttpRequest, Message, Reply, error_reply
-from workbench.server.http.tracing import http_sent
+from workbench.server.http.replies import StreamSender, reply_head, write_reply
 
 if TYPE_CHECKING:
     from workbench.server.http.app import HttpApp
@@ -65,42 +65,12 @@ _CACHED_URL_BYTES = 512
 #: the headers the connection itself acts on
 _FRAMING_HEADERS = frozenset({b"content-length", b"expect"})
 _METHODS = {m: m.decode("ascii") for m in (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD")}
-#: a reply body under this size is joined to its head and written in one piece (one buffer
-#: costs the transport less); a bigger one is written after it as it is, uncopied
-_JOIN_BELOW = 64 * 1024
 #: a body of at least this many bytes, with its length given, is read in place (``BodyReader``)
 _READ_IN_PLACE_FROM = 64 * 1024
 
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a head over the size limit."""
-
-
-def status_line(status: int) -> bytes:
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
-
-
-_STATUS_LINES = {status.value: status_line(status.value) for status in HTTPStatus}
-
-
-def reply_head(
-    status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool, length: int = -1
-) -> bytearray:
-    """Status line and headers of a reply, up to and including the blank line; a
-    ``content-length`` first when ``length`` is given."""
-    head = bytearray(_STATUS_LINES.get(status) or status_line(status))
-    if length >= 0:
-        head += b"content-length: %d\r\n" % length
-    for name, value in headers:
-        head += name + b": " + value + b"\r\n"
-    if not keep_alive:
-        head += b"connection: close\r\n"
-    head += b"\r\n"
-    return head
 
 
 def request_path(url: bytes) -> str:
@@ -429,7 +399,7 @@ class HttpConnection(asyncio.Protocol):
                 if isinstance(reply, Reply):
                     self._write_reply(reply, keep_alive, request.method == "HEAD")
                 else:
-                    await reply.respond(_StreamSender(self, keep_alive).send, self._receive)
+                    await reply.respond(StreamSender(self, keep_alive).send, self._receive)
             except Exception as exc:  # noqa: BLE001 - never leave a client without an answer
                 self._write_reply(error_reply(exc), keep_alive=False)
                 keep_alive = False
@@ -441,18 +411,7 @@ class HttpConnection(asyncio.Protocol):
         """Head and body (a reply to HEAD: its head only, with the length of the body)."""
         if self.closed or self.transport is None:
             return
-        head = reply_head(reply.status, reply.headers, keep_alive, len(reply.body))
-        trace = reply.trace
-        started = 0 if trace is None else time.monotonic_ns()
-        if head_only:
-            self.transport.write(head)
-        elif len(reply.body) < _JOIN_BELOW:
-            head += reply.body
-            self.transport.write(head)
-        else:  # the transport sends both without joining them (one copy of the body less)
-            self.transport.writelines((head, reply.body))
-        if trace is not None:
-            http_sent(trace, started)
+        write_reply(self.transport, reply, keep_alive, head_only)
 
     def _close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -484,35 +443,8 @@ class HttpConnection(asyncio.Protocol):
             self._close()
 
 
-class _StreamSender:
-    """ASGI ``send`` for one streamed reply: chunked unless a ``content-length`` is given."""
-
-    def __init__(self, connection: HttpConnection, keep_alive: bool) -> None:
-        self.connection = connection
-        self.keep_alive = keep_alive
-        self.chunked = True
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self._start(message["status"], list(message.get("headers", [])))
-            return
-        body: bytes = message.get("body", b"")
-        more = message.get("more_body", False)
-        if not self.chunked:
-            self.connection.write(body)
-            return
-        data = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
-        self.connection.write(data + (b"" if more else b"0\r\n\r\n"))
-
-    def _start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.chunked = not any(name.lower() == b"content-length" for name, _ in headers)
-        if self.chunked:
-            headers.append((b"transfer-encoding", b"chunked"))
-        self.connection.write(bytes(reply_head(status, headers, self.keep_alive)))
-
-
 def _content(body: bytes, content_type: bytes) -> list[tuple[bytes, bytes]]:
     return [(b"content-type", content_type), (b"content-length", b"%d" % len(body))]
 
 
-__all__ = ["HttpConnection", "reply_head"]
+__all__ = ["HttpConnection", "request_path"]

@@ -10,6 +10,8 @@ the trace settings takes the same steps with its trace attached (``_traced``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.core.contract import ServingCore
@@ -29,7 +31,11 @@ from workbench.server.http.messages import (
 )
 from workbench.server.http.raw_request import decode_raw_request
 from workbench.server.http.request_codec import decode_infer_request, parse_header_length
-from workbench.server.http.response_codec import encode_binary_response, encode_infer_response
+from workbench.server.http.response_codec import (
+    encode_binary_response,
+    infer_response_parts,
+    reply_body,
+)
 from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 
 _JSON = (b"content-type", b"application/json")
@@ -128,7 +134,7 @@ class InferEndpoint:
         if encoded is None:
             if request.output_parameters:  # classes are only ever asked for there
                 classify_outputs(self.core, request, response, config.max_batch_size > 0)
-            encoded = encode_infer_response(response, request, binary_default)
+            encoded = reply_body(infer_response_parts(response, request, binary_default))
         return _reply(encoded[0], encoded[1], accept)
 
     async def _in_shared_memory(
@@ -151,7 +157,7 @@ class InferEndpoint:
             request.shared_memory.release()
         if request.output_parameters:
             classify_outputs(self.core, request, response, config.max_batch_size > 0)
-        encoded = encode_infer_response(response, request, binary_default)
+        encoded = reply_body(infer_response_parts(response, request, binary_default))
         return _reply(encoded[0], encoded[1], accept)
 
     def _prepare(
@@ -193,17 +199,25 @@ def _infer_headers(headers: Headers) -> tuple[bytes | None, bytes | None, bytes 
     return encoding, length, accept
 
 
-def _reply(payload: bytes, header_length: int | None, accept: bytes | None) -> Reply:
+def _reply(payload: bytes | list[Any], header_length: int | None, accept: bytes | None) -> Reply:
+    """The reply for an encoded response (``payload`` in parts: sent without joining them,
+    unless it is to be compressed)."""
     if header_length is None:
         headers = [_JSON]
     else:
         headers = [_BINARY, (_HEADER_LENGTH, b"%d" % header_length)]
+    more: tuple[Any, ...] = ()
+    if isinstance(payload, list):
+        body, more = payload[0], tuple(payload[1:])
+    else:
+        body = payload
     if accept:
         encoding = compression.response_encoding(accept)
         if encoding != "identity":
-            payload = compression.compress(payload, encoding)
+            body = compression.compress(b"".join((body, *more)), encoding)
+            more = ()
             headers.append((b"content-encoding", encoding.encode()))
-    return Reply(200, payload, headers)
+    return Reply(200, body, headers, more=more)
 
 
 def _traced_reply(reply: Reply, trace: InferenceTrace) -> Reply:

@@ -73,6 +73,16 @@ class Reply:
     headers: Headers = field(default_factory=list)
     #: the request's trace: written once the reply is sent (``server/http/tracing.py``)
     trace: InferenceTrace | None = None
+    #: buffers that follow ``body`` on the wire, never joined to it (a large binary output,
+    #: sent from where the model left it)
+    more: tuple[Any, ...] = ()
+
+    @property
+    def length(self) -> int:
+        """The body's length in bytes, ``more`` included."""
+        if not self.more:
+            return len(self.body)
+        return len(self.body) + sum(len(part) for part in self.more)
 
 
 class StreamedReply(Protocol):
@@ -84,9 +94,12 @@ class StreamedReply(Protocol):
 
 async def send_reply(send: Send, reply: Reply) -> None:
     """Send ``reply`` in one piece, with its ``content-length``."""
-    headers = [(b"content-length", str(len(reply.body)).encode()), *reply.headers]
+    headers = [(b"content-length", str(reply.length).encode()), *reply.headers]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    await send({"type": "http.response.body", "body": reply.body})
+    await send({"type": "http.response.body", "body": reply.body, "more_body": bool(reply.more)})
+    for index, part in enumerate(reply.more, 1):
+        more_body = index < len(reply.more)
+        await send({"type": "http.response.body", "body": bytes(part), "more_body": more_body})
 
 
 def json_reply(value: Any, status: int = 200, plain: bool = False) -> Reply:

@@ -18,6 +18,7 @@ from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
 from workbench.server.http import _json
+from workbench.server.http.replies import JOIN_BELOW
 from workbench.server.tensor_bytes import as_bytes, tensor_buffer
 
 #: JSON headers of binary responses by what they say; only short ones, at most ``_CACHED_HEADS``
@@ -38,6 +39,17 @@ def encode_infer_response(
     response: InferResponse, request: InferRequest, binary_default: bool
 ) -> tuple[bytes, int | None]:
     """The response body and, when it carries binary data, the JSON header's length."""
+    parts = infer_response_parts(response, request, binary_default)
+    if len(parts) == 1:
+        return parts[0], None
+    return b"".join(parts), len(parts[0])
+
+
+def infer_response_parts(
+    response: InferResponse, request: InferRequest, binary_default: bool
+) -> list[Any]:
+    """The response body in parts: the JSON header (bytes), then each binary output's buffer
+    as the output holds it (no copy)."""
     header: dict[str, Any] = {}
     if response.id:
         header["id"] = response.id
@@ -65,21 +77,20 @@ def encode_infer_response(
             entry["data"] = json_data(tensor)
         outputs.append(entry)
     header["outputs"] = outputs
-    head = _json.dumps(header)
-    if len(parts) == 1:
-        return head, None
-    parts[0] = head
-    return b"".join(parts), len(head)
+    parts[0] = _json.dumps(header)
+    return parts
 
 
 def encode_binary_response(
     response: InferResponse, request: InferRequest, binary_default: bool
-) -> tuple[bytes, int | None] | None:
+) -> tuple[bytes | list[Any], int | None] | None:
     """``encode_infer_response`` for the usual response, or ``None`` for any other.
 
     Usual: no response parameters, every output fixed-size and asked for in binary, none asked
     for as classes (the caller classifies first when this says ``None``). Its JSON header is
     the same for every response of the same outputs, so it is written once and remembered.
+    A body of ``JOIN_BELOW`` bytes or more comes as its parts (the header, then each output's
+    buffer, read in place), for the connection to send without joining them (issue #12).
     """
     if response.parameters:
         return None
@@ -100,17 +111,27 @@ def encode_binary_response(
         if len(buffer):
             parts.append(buffer)
     head = _heads.get(tuple(key))
-    if head is None:
-        head = _remember_head(tuple(key), encode_infer_response(response, request, binary_default))
+    if head is None:  # the header alone: joining the outputs to it would copy them
+        head = _remember_head(tuple(key), infer_response_parts(response, request, binary_default))
     if len(parts) == 1:
         return head, None
     parts[0] = head
-    return b"".join(parts), len(head)
+    return reply_body(parts)
 
 
-def _remember_head(key: tuple[Any, ...], encoded: tuple[bytes, int | None]) -> bytes:
-    body, length = encoded
-    head = body if length is None else body[:length]
+def reply_body(parts: list[Any]) -> tuple[bytes | list[Any], int | None]:
+    """A reply body from ``infer_response_parts``: one buffer, or (``JOIN_BELOW`` bytes or
+    more) the parts themselves, for the connection to send without joining them; and the JSON
+    header's length when there is binary data."""
+    if len(parts) == 1:
+        return parts[0], None
+    if sum(map(len, parts)) >= JOIN_BELOW:
+        return parts, len(parts[0])
+    return b"".join(parts), len(parts[0])
+
+
+def _remember_head(key: tuple[Any, ...], parts: list[Any]) -> bytes:
+    head: bytes = parts[0]
     if len(head) <= _CACHED_HEAD_BYTES:
         if len(_heads) >= _CACHED_HEADS:
             _heads.clear()  # many distinct headers: start over rather than track recency
@@ -132,4 +153,11 @@ def json_data(tensor: Tensor) -> list[Any]:
     return values
 
 
-__all__ = ["encode_binary_response", "encode_infer_response", "json_data", "output_is_binary"]
+__all__ = [
+    "encode_binary_response",
+    "encode_infer_response",
+    "infer_response_parts",
+    "json_data",
+    "output_is_binary",
+    "reply_body",
+]

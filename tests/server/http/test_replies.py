@@ -1,0 +1,64 @@
+"""Writing replies: a large binary output goes out beside its head, never joined (issue #12)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from workbench.server.http.messages import Reply, send_reply
+from workbench.server.http.replies import JOIN_BELOW, write_reply
+
+
+class Transport:
+    """Records what a reply hands to the transport, as uvloop would keep it (unjoined)."""
+
+    def __init__(self) -> None:
+        self.writes: list[list[Any]] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append([data])
+
+    def writelines(self, parts: Any) -> None:
+        self.writes.append(list(parts))
+
+
+def test_a_reply_with_parts_hands_them_over_as_they_are() -> None:
+    output = np.arange(JOIN_BELOW, dtype=np.float32)
+    part = output.data.cast("B")
+    reply = Reply(200, b'{"outputs":[]}', [(b"content-type", b"application/octet-stream")])
+    reply.more = (part,)
+    transport = Transport()
+    write_reply(transport, reply, keep_alive=True)
+    [written] = transport.writes
+    head, json_header, data = written
+    assert data is part  # the output's own memory, not a copy
+    assert json_header == b'{"outputs":[]}'
+    assert b"content-length: %d\r\n" % (len(json_header) + output.nbytes) in head
+
+
+def test_a_small_reply_is_one_write_and_a_head_request_gets_the_length_only() -> None:
+    transport = Transport()
+    write_reply(transport, Reply(200, b"{}"), keep_alive=False)
+    write_reply(transport, Reply(200, b"x" * JOIN_BELOW), keep_alive=True, head_only=True)
+    small, head_only = transport.writes
+    assert len(small) == 1 and bytes(small[0]).endswith(b"connection: close\r\n\r\n{}")
+    assert bytes(head_only[0]).endswith(b"content-length: %d\r\n\r\n" % JOIN_BELOW)
+
+
+def test_the_asgi_path_sends_the_parts_after_the_body() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    reply = Reply(200, b"head", more=(memoryview(b"one"), b"two"))
+    asyncio.run(send_reply(send, reply))
+    start, *bodies = sent
+    assert (b"content-length", b"10") in start["headers"]
+    assert [(m["body"], m["more_body"]) for m in bodies] == [
+        (b"head", True),
+        (b"one", True),
+        (b"two", False),
+    ]
