@@ -42,12 +42,15 @@ ASSETS = REPO_ROOT / "tests" / "assets"
 MODELS = {
     "add_one": ASSETS / "conformance_repo",
     "fails_on_negative": ASSETS / "conformance_repo",
+    "trace_context": ASSETS / "conformance_repo",
     "ens_diamond": ASSETS / "scheduling_repo",
     "vec_add_one": ASSETS / "scheduling_repo",
     "vec_times_two": ASSETS / "scheduling_repo",
     "vec_sum_pair": ASSETS / "scheduling_repo",
 }
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+#: another parent: a side's spans of a call are told apart by their new trace id
+OTHER_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 #: a request to one side: (HTTP port, gRPC address) -> its answer
 Call = Callable[[int, str], Any]
 
@@ -85,6 +88,20 @@ def _infer_http(
     return lambda port, address: _http(port, "POST", path, body, **headers)[0]
 
 
+def _model_context(**headers: str) -> Call:
+    """``trace_context``'s answer: the context its python model was given."""
+    tensor = {"name": "X", "shape": [1], "datatype": "FP32", "data": [1.0]}
+    path = "/v2/models/trace_context/infer"
+
+    def call(port: int, address: str) -> Any:
+        status, answer = _http(port, "POST", path, {"inputs": [tensor]}, **headers)
+        assert status == 200, answer
+        outputs = dict(answer)["outputs"]
+        return dict(outputs[0])["data"][0]
+
+    return call
+
+
 def _infer_grpc(model: str, request_id: str, name: str, width: int) -> Call:
     def call(port: int, address: str) -> Any:
         client = grpcclient.InferenceServerClient(address)
@@ -103,6 +120,8 @@ TRACED: list[tuple[str, Call, int]] = [
     ("http_failing_model", _infer_http("fails_on_negative", "fails", "INPUT0", [-1.0, 2.0]), 3),
     ("propagated_context",
      _infer_http("add_one", "prop", "INPUT0", [0.0] * 16, traceparent=TRACEPARENT), 3),
+    ("model_context", _model_context(), 3),
+    ("propagated_model_context", _model_context(traceparent=OTHER_PARENT), 3),
 ]  # fmt: skip
 
 V = pb.TraceSettingRequest.SettingValue
@@ -132,12 +151,14 @@ class Side:
         self.http_port = http_port
         self.grpc_address = grpc_address
         self.traces: dict[str, list[ReceivedSpan]] = {}
+        #: what each traced call answered
+        self.answers: dict[str, Any] = {}
         self.settings: dict[str, Any] = {}
 
     def trace(self, name: str, call: Call, spans: int) -> None:
         """Send one request and keep the spans of its trace (a new trace id)."""
         known = {s.trace_id for s in self.receiver.spans}
-        call(self.http_port, self.grpc_address)
+        self.answers[name] = call(self.http_port, self.grpc_address)
         deadline = time.monotonic() + 30
         while True:
             new = [s for s in self.receiver.spans if s.trace_id not in known]
@@ -229,6 +250,23 @@ def test_a_propagated_context_gives_the_same_trace_and_parent(sides: list[Side])
         (root,) = roots(side.traces["propagated_context"])
         parents.append((root.trace_id, root.parent_id))
     assert parents[1] == parents[0] == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+
+
+@pytest.mark.parametrize("name", ["model_context", "propagated_model_context"])
+def test_a_python_model_gets_its_model_spans_context(name: str, sides: list[Side]) -> None:
+    # request.trace().get_context(): Triton 2.51 gives {"traceparent": ...} naming the trace and
+    # the span of the model the request runs in (the one named after the model).
+    forms = []
+    for side in sides:
+        context = json.loads(side.answers[name])
+        version, trace_id, span_id, flags = context["traceparent"].split("-")
+        (model_span,) = [span for span in side.traces[name] if span.name == "trace_context"]
+        assert (trace_id, span_id) == (model_span.trace_id, model_span.span_id)
+        forms.append((list(context), version, flags, len(trace_id), len(span_id)))
+        if name.startswith("propagated"):
+            assert trace_id == OTHER_PARENT.split("-")[1]
+    assert forms[1] == forms[0] == (["traceparent"], "00", "01", 32, 16)
+    assert sides[1].answers[name].startswith('{"traceparent":"00-')  # Triton's compact JSON
 
 
 def test_resource_and_scope_are_real_tritons(sides: list[Side]) -> None:

@@ -26,12 +26,21 @@ class RequestTrace(Protocol):
     @property
     def id(self) -> int: ...
 
+    def get_context(self) -> str | None:
+        """The OpenTelemetry context a model hands on (Triton's ``get_context``), or None."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRef:
-    """A trace known by its id alone: what a stub process holds of its requests' traces."""
+    """A trace known by its id (and its OpenTelemetry context, in that mode): what a stub
+    process holds of its requests' traces."""
 
     id: int
+    context: str | None = None
+
+    def get_context(self) -> str | None:
+        return self.context
 
 
 class ExecRequest(Protocol):

@@ -71,6 +71,8 @@ class TraceRecorder(Protocol):
 
     def tensor(self, trace_id: int, activity: str, tensor: Tensor) -> None: ...
 
+    def context(self, trace_id: int) -> str | None: ...
+
     def release(self) -> None: ...
 
     def hold(self) -> None: ...
@@ -149,6 +151,10 @@ class TraceRecord(RecordLifetime):
 
     activity = timestamp  # the JSON file does not tell a front end's from the core's
 
+    def context(self, trace_id: int) -> str | None:
+        """No OpenTelemetry context in this mode (Triton's ``get_context`` gives None)."""
+        return None
+
     def model(self, trace: InferenceTrace, model: str, version: int, request_id: str) -> None:
         header: dict[str, object] = {"id": trace.id, "model_name": model, "model_version": version}
         if request_id:
@@ -208,6 +214,12 @@ class InferenceTrace:
     def let_go(self) -> None:
         """The request of a child spawned with ``hold`` has ended."""
         self.record.let_go()
+
+    def get_context(self) -> str | None:
+        """The OpenTelemetry context a model hands on (Triton's ``InferenceTrace.get_context``):
+        ``{"traceparent":"00-<trace>-<this request's model span>-01"}`` in the opentelemetry
+        mode, None in the triton mode."""
+        return self.record.context(self.id)
 
     def start(self) -> None:
         """The front end hands the request to the core now (REQUEST_START)."""

@@ -23,17 +23,24 @@ when the trace began (Triton's ``time_offset_``). A request carrying a valid W3C
 
 The SDK is imported only when a server starts in this mode; its tracer provider is the
 server's own (never the process-wide one, which a notebook's own instrumentation may use).
-Spans are built on the event loop once the request is answered; the SDK's batch span
-processor exports them from its own thread.
+Spans are built once the request is answered; the SDK's batch span processor exports them
+from its own thread. Their ids are chosen before: a Python model asks for its request's
+context while it runs (``InferenceTrace.get_context``, Triton's
+``{"traceparent":"00-<trace id>-<model span id>-01"}``), so a record picks the trace id (or
+takes the propagated one) and each model span's id when first asked, and hands them to the
+SDK's id generator when it builds the spans (``_PresetIds``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import random
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from workbench._types import Tensor
 from workbench.core.trace import InferenceTrace, RecordLifetime, TraceLevel
@@ -41,6 +48,7 @@ from workbench.errors import MissingDependencyError
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.trace import Span
 
 log = logging.getLogger("workbench.core.trace")
@@ -78,7 +86,12 @@ class SpanExport:
         exporter = OTLPSpanExporter(endpoint=url) if url else OTLPSpanExporter()
         # ALWAYS_ON: a propagated parent that is not sampled is traced all the same (Triton
         # samples every request with a valid context).
-        self._provider = TracerProvider(sampler=ALWAYS_ON, resource=Resource.create(resource))
+        self._ids = _PresetIds()
+        self._provider = TracerProvider(
+            sampler=ALWAYS_ON,
+            resource=Resource.create(resource),
+            id_generator=cast("IdGenerator", self._ids),  # the SDK calls only its two methods
+        )
         self._provider.add_span_processor(BatchSpanProcessor(exporter, **batching))
         self.tracer = self._provider.get_tracer(TRACER_NAME)
 
@@ -97,9 +110,11 @@ class SpanExport:
         start_ns: int,
         parent: Span | Context | None,
         attributes: dict[str, Any] | None = None,
+        ids: tuple[int, int] = (0, 0),
     ) -> Span:
         """A SERVER span starting at ``start_ns`` (wall clock) under ``parent`` (a span, a
-        propagated context, or none: a new trace)."""
+        propagated context, or none: a new trace); ``ids``: the trace id (used only without
+        a parent) and span id to give it, 0 for random ones."""
         from opentelemetry.context import Context
         from opentelemetry.trace import SpanKind, set_span_in_context
 
@@ -107,13 +122,49 @@ class SpanExport:
             context = parent if parent is not None else Context()
         else:
             context = set_span_in_context(parent, Context())
+        self._ids.preset(*ids)
         return self.tracer.start_span(
             name, context, kind=SpanKind.SERVER, attributes=attributes, start_time=start_ns
         )
 
+    @staticmethod
+    def trace_id_of(context: Context) -> int:
+        """The trace id a propagated context carries."""
+        from opentelemetry.trace import get_current_span
+
+        trace_id: int = get_current_span(context).get_span_context().trace_id
+        return trace_id
+
     def shutdown(self) -> None:
         """Export what is still queued and stop (Triton's ``CleanupTracer``)."""
         self._provider.shutdown()
+
+
+class _PresetIds:
+    """The SDK's id generator with ids chosen ahead: ``preset`` gives the next span started on
+    this thread its trace id (taken only by a span without a parent) and span id; 0 (and any
+    later span) draws them at random, as the SDK's ``RandomIdGenerator`` does."""
+
+    def __init__(self) -> None:
+        self._next = threading.local()
+
+    def preset(self, trace_id: int, span_id: int) -> None:
+        self._next.trace_id, self._next.span_id = trace_id, span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id: int = getattr(self._next, "trace_id", 0)
+        self._next.trace_id = 0
+        return trace_id or _random_id(128)
+
+    def generate_span_id(self) -> int:
+        span_id: int = getattr(self._next, "span_id", 0)
+        self._next.span_id = 0
+        return span_id or _random_id(64)
+
+
+def _random_id(bits: int) -> int:
+    """A random non-zero id (zero is OpenTelemetry's invalid id)."""
+    return random.getrandbits(bits) or 1
 
 
 def _settings(config: Sequence[tuple[str, str]]) -> tuple[str, dict[str, str], dict[str, int]]:
@@ -185,6 +236,10 @@ class SpanRecord(RecordLifetime):
         self.root_events: list[tuple[str, int]] = []
         #: trace id -> its report, in creation order (an ensemble before its steps)
         self.reports: dict[int, _TraceReport] = {}
+        #: the OpenTelemetry trace id (0: not chosen yet) and each model span's id, chosen
+        #: when first asked for (``context``) or when the spans are built
+        self._otel_trace_id = 0
+        self._span_ids: dict[int, int] = {}
 
     def new_trace(self, parent_id: int = 0) -> InferenceTrace:
         trace = InferenceTrace(self, next(self._ids), parent_id)
@@ -213,9 +268,30 @@ class SpanRecord(RecordLifetime):
     def tensor(self, trace_id: int, activity: str, tensor: Tensor) -> None:
         log.error("Tensor level tracing is not supported by the mode: %s", OPENTELEMETRY_MODE)
 
+    def context(self, trace_id: int) -> str | None:
+        """The context of ``trace_id``'s model span, as Triton 2.51's ``get_context`` gives it."""
+        traceparent = f"00-{self._trace_id():032x}-{self._span_id(trace_id):016x}-01"
+        return json.dumps({"traceparent": traceparent}, separators=(",", ":"))
+
+    def _trace_id(self) -> int:
+        if not self._otel_trace_id:
+            context = self._context
+            self._otel_trace_id = (
+                self.export.trace_id_of(context) if context is not None else _random_id(128)
+            )
+        return self._otel_trace_id
+
+    def _span_id(self, trace_id: int) -> int:
+        span_id = self._span_ids.get(trace_id)
+        if span_id is None:  # setdefault: a racing first ask keeps the id the other one got
+            span_id = self._span_ids.setdefault(trace_id, _random_id(64))
+        return span_id
+
     def _write(self) -> None:
         """Build and end every span: the request has been answered."""
-        root = self.export.start(ROOT_SPAN, self._wall(self.sampled_ns), self._context)
+        root = self.export.start(
+            ROOT_SPAN, self._wall(self.sampled_ns), self._context, ids=(self._trace_id(), 0)
+        )
         for name, ns in self.root_events:
             root.add_event(name, timestamp=self._wall(ns))
         #: trace id -> its model span, the parent of the spans of requests it spawned
@@ -236,7 +312,8 @@ class SpanRecord(RecordLifetime):
         for name, ns in report.activities:
             wall = self._wall(ns)
             if name == "REQUEST_START":
-                span = self.export.start(report.model, wall, stack[-1], report.attributes)
+                ids = (0, self._span_id(trace_id))
+                span = self.export.start(report.model, wall, stack[-1], report.attributes, ids)
                 model_spans[trace_id] = span
                 stack.append(span)
             elif name == "COMPUTE_START":

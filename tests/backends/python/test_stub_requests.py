@@ -85,6 +85,29 @@ def test_a_traced_requests_trace_id_reaches_the_stub_and_its_table(
     assert alone.trace()._trace == TraceRef(5) and alone.trace().get_context() is None
 
 
+def test_an_opentelemetry_context_reaches_the_model_with_its_trace(region: Region) -> None:
+    # In the opentelemetry mode a traced request's context crosses with its id, for the
+    # model's request.trace().get_context() (the triton mode's is None: above).
+    context = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    traced = request({"X": np.arange(2, dtype=np.float32)})
+    traced.trace = _WithContext(7, context)
+    [model_request] = read_pb_requests(
+        region, *write_requests(BlockWriter(region), [traced], [1], {}), []
+    )
+    assert model_request.trace()._trace == TraceRef(7, context)
+    assert model_request.trace().get_context() == context
+
+
+class _WithContext:
+    """A traced request's trace in the opentelemetry mode, as a backend sees it."""
+
+    def __init__(self, trace_id: int, context: str) -> None:
+        self.id, self._context = trace_id, context
+
+    def get_context(self) -> str:
+        return self._context
+
+
 class _Discard:
     def write_trace(self, text: str) -> None:
         pass

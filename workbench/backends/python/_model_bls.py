@@ -32,9 +32,10 @@ class InferenceTrace:
         return made
 
     def get_context(self, key: str = "") -> str | None:
-        """The OpenTelemetry context the request propagates; always None here: spans are
-        built once the request is answered, so there is no live context to hand out."""
-        return None
+        """The OpenTelemetry context of the request's model span as Triton 2.51 gives it
+        (``{"traceparent":"00-<trace id>-<span id>-01"}``), for the model to continue the trace;
+        None when the request is not traced or the trace mode is ``triton``."""
+        return None if self._trace is None else self._trace.get_context()
 
 
 class ResponseIterator:

@@ -52,8 +52,10 @@ BLS_STREAM = 9
 ErrorWire = tuple[str, str] | None
 #: a result: (error, outputs, parameters, whether the error is the model's response)
 ResultWire = tuple[ErrorWire, list[TensorDesc], Parameters, bool]
-#: a request: (token, id, requested outputs, parameters, inputs, trace id: 0 when untraced)
-RequestWire = tuple[int, str, list[str] | None, Parameters, list[TensorDesc], int]
+#: a request's trace: its id (0 when untraced), or (id, OpenTelemetry context)
+TraceWire = int | tuple[int, str]
+#: a request: (token, id, requested outputs, parameters, inputs, trace)
+RequestWire = tuple[int, str, list[str] | None, Parameters, list[TensorDesc], TraceWire]
 #: the traces of the requests sent to one stub, by id: a BLS call naming one of them (its
 #: ``trace=request.trace()``) is traced as its child
 TraceTable = dict[int, RequestTrace]
@@ -137,18 +139,22 @@ def write_requests(
     return block, wires
 
 
-def _trace_id(request: ExecRequest, traces: TraceTable) -> int:
-    """The id the stub knows ``request``'s trace by (0: untraced, the one check it costs)."""
+def _trace_id(request: ExecRequest, traces: TraceTable) -> TraceWire:
+    """The id the stub knows ``request``'s trace by (0: untraced, the one check it costs),
+    with its OpenTelemetry context when it has one."""
     trace = request.trace
     if trace is None:
         return 0
     traces[trace.id] = trace
-    return trace.id
+    context = trace.get_context()
+    return trace.id if context is None else (trace.id, context)
 
 
-def trace_ref(trace_id: int) -> TraceRef | None:
-    """The trace a stub's request carries, from its wire id."""
-    return TraceRef(trace_id) if trace_id else None
+def trace_ref(wire: TraceWire) -> TraceRef | None:
+    """The trace a stub's request carries, from its wire form."""
+    if isinstance(wire, tuple):
+        return TraceRef(wire[0], wire[1])
+    return TraceRef(wire) if wire else None
 
 
 def read_requests(region: Region, block: int, wires: list[RequestWire]) -> list[StubRequest]:
