@@ -7,8 +7,10 @@ bucket. Serving such a repository end to end is in ``tests/integration/test_remo
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,8 @@ from tests.repository.conftest import MakeModel
 from tests.repository.s3_server import ADD_ONE, S3Server
 from workbench.errors import NotFoundError, UnavailableError
 from workbench.repository import ModelRepository, diff_snapshots
+from workbench.repository.remote_mirror import RemoteMirror
+from workbench.repository.remote_url import parse_remote_url
 
 pytestmark = pytest.mark.usefixtures("aws_environment")
 
@@ -193,3 +197,46 @@ def test_a_poll_that_cannot_read_the_store_keeps_the_last_copy(
     with caplog.at_level(logging.WARNING, logger="workbench.repository"):
         assert repository.snapshot() == before
     assert "failed to poll model repository" in caplog.text and bucket in caplog.text
+
+
+def test_close_waits_for_a_poll_under_way_and_leaves_no_copy(tmp_path: Path) -> None:
+    # A poll syncs on a worker thread, which stopping the server does not stop: close must
+    # not delete the copy under it (the sync would write the files again after the delete).
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class GatedListing(MemoryFileSystem):
+        """The store's listing waits for the test's gate once ``gated`` is set."""
+
+        gated = threading.Event()
+        listing = threading.Event()
+        gate = threading.Event()
+
+        def find(self, path: str, **kwargs: Any) -> Any:
+            if self.gated.is_set():
+                self.listing.set()
+                assert self.gate.wait(30), "the test never opened the gate"
+            return super().find(path, **kwargs)
+
+    fs = GatedListing(skip_instance_cache=True)
+    fs.store.clear()
+    fs.pipe({"/bucket/add_one/config.pbtxt": b"name: 'add_one'"})
+    url = parse_remote_url("s3://bucket")
+    assert url is not None
+    mirror = RemoteMirror.open(url, fs)
+    root = mirror.local_root
+    assert (root / "add_one" / "config.pbtxt").is_file()
+    fs.pipe({"/bucket/add_one/1/model.py": b"# a new version"})
+    GatedListing.gated.set()
+    poll = threading.Thread(target=mirror.sync)
+    poll.start()
+    assert GatedListing.listing.wait(30)
+    closing = threading.Thread(target=mirror.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # waiting for the sync under way
+    GatedListing.gate.set()
+    poll.join(30)
+    closing.join(30)
+    assert not root.exists()
+    mirror.sync()  # a sync after close does nothing
+    assert not root.exists()

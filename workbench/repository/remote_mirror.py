@@ -36,6 +36,10 @@ log = logging.getLogger("workbench.repository")
 _LOCAL_ONLY = frozenset({"__pycache__"})
 
 
+#: how long ``close`` waits for a sync under way
+CLOSE_WAIT_S = 30.0
+
+
 class RemoteMirror:
     """One remote repository root copied into a local folder; see ``open``."""
 
@@ -44,6 +48,8 @@ class RemoteMirror:
         self.local_root = local_root
         self._fs = fs
         self._lock = threading.Lock()
+        #: set by ``close``: a sync that starts later does nothing
+        self._closed = False
         #: relative file path → the remote object's stamp when it was downloaded
         self._stamps: dict[str, str] = {}
         #: relative folders present remotely as "folder/" marker objects (console-made)
@@ -77,6 +83,8 @@ class RemoteMirror:
         ``fresh`` downloads every object again, as Triton does for each load.
         """
         with self._lock:
+            if self._closed:  # a poll's sync that lost the race with the server's stop
+                return
             files, markers = self._list(model)
             scope = f"{model}/" if model else ""
             self._markers = {m for m in self._markers if not f"{m}/".startswith(scope)} | markers
@@ -97,8 +105,17 @@ class RemoteMirror:
             self._prune(model)
 
     def close(self) -> None:
-        """Delete the local copy (Triton deletes its copies when it stops)."""
-        self._cleanup()
+        """Delete the local copy (Triton deletes its copies when it stops), once a sync under
+        way has ended (a poll's runs on a worker thread, which cancelling the poll does not
+        stop: deleting under it would leave the files it writes next). A sync that does not
+        end within ``CLOSE_WAIT_S`` (a store that stopped answering) is not waited for."""
+        self._closed = True
+        acquired = self._lock.acquire(timeout=CLOSE_WAIT_S)
+        try:
+            self._cleanup()
+        finally:
+            if acquired:
+                self._lock.release()
 
     # -- listing -------------------------------------------------------------------------------
     def _list(self, model: str | None) -> tuple[dict[str, str], set[str]]:
