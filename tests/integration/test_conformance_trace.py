@@ -23,10 +23,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.integration.peers import REPO_ROOT, Peers, TritonServerProcess, gather_models
+from tests.integration.trace_cases import traced_pair, wait_for_trace_file
 from workbench.bench.trace import read_trace_file, trace_files, trace_rows
 from workbench.bench.trace_report import TraceReport
 from workbench.server.hosting import Server
@@ -58,58 +56,11 @@ LIFE = (
     "HTTP_RECV_START", "HTTP_RECV_END", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START",
     "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END",
 )  # fmt: skip
-FILE_WAIT_S = 30.0
 
 
-@dataclass
-class Pair:
-    real: TritonServerProcess
-    ours: Server
-    real_file: Path
-    ours_file: Path
-
-    def sides(self) -> list[tuple[int, str, Path]]:
-        """(HTTP port, gRPC address, trace file) of real Triton, then of ours."""
-        return [
-            (self.real.http_port, self.real.grpc_url, self.real_file),
-            (self.ours.http_port, self.ours.grpc_url, self.ours_file),
-        ]
-
-
-@contextmanager
-def _pair(peers: Peers, workdir: Path, flags: list[str]) -> Iterator[Pair]:
-    """Both servers, each with ``--trace-config triton,file=<workdir>/<side>/trace/trace.json``
-    and ``flags``."""
-    files = {}
-    for side in ("real", "ours"):
-        (workdir / side / "trace").mkdir(parents=True)
-        files[side] = workdir / side / "trace" / "trace.json"
-    real = TritonServerProcess(
-        peers,
-        gather_models(MODELS, workdir / "real" / "repo"),
-        log_path=workdir / "tritonserver.log",
-        extra_args=[
-            arg
-            for flag in [f"triton,file={files['real']}", *flags]
-            for arg in ("--trace-config", flag)
-        ],
-    )
-    ours = Server(
-        gather_models(MODELS, workdir / "ours" / "repo"),
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        model_control_mode="explicit",
-        load_model=["*"],
-        trace_config=[f"triton,file={files['ours']}", *flags],
-    )
-    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
-        starting = pool.submit(real.start)
-        stack.callback(real.stop)
-        ours.start()
-        stack.callback(ours.stop)
-        starting.result()
-        yield Pair(real, ours, files["real"], files["ours"])
+def _pair(peers: Peers, workdir: Path, flags: list[str]) -> Any:
+    """Both servers serving ``MODELS`` with ``flags`` (``trace_cases.traced_pair``)."""
+    return traced_pair(peers, workdir, lambda folder: gather_models(MODELS, folder), flags=flags)
 
 
 def _http(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -229,7 +180,7 @@ def _run_steps(port: int, address: str, trace_file: Path) -> dict[str, Any]:
 def setting_answers(peers: Peers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
     """Each step's answer from real Triton and from ours."""
     with _pair(peers, tmp_path_factory.mktemp("trace_settings"), []) as pair:
-        sides = [_run_steps(port, address, file) for port, address, file in pair.sides()]
+        sides = [_run_steps(port, address, file) for port, address, file in pair]
     return {name: [side[name] for side in sides] for name, _ in SETTING_STEPS}
 
 
@@ -295,16 +246,6 @@ TRACED = [
 ]  # fmt: skip
 
 
-def _wait_for(path: Path) -> list[dict[str, Any]]:
-    """The entries of a file written whole (one trace per file): tritonserver creates the
-    file before it writes the array, so under load a reader can find it empty."""
-    deadline = time.monotonic() + FILE_WAIT_S
-    while not (path.exists() and path.read_text(errors="replace").rstrip().endswith("]")):
-        assert time.monotonic() < deadline, f"{path} was not written"
-        time.sleep(0.02)
-    return read_trace_file(path)
-
-
 def _structure(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """What must match: per trace (ids numbered in order), its header and timestamp names;
     the tensor entries."""
@@ -357,12 +298,12 @@ def traced_files(
     flags = ["level=TIMESTAMPS", "rate=1", "triton,log-frequency=1"]
     found: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {name: [] for name, _ in TRACED}
     with _pair(peers, tmp_path_factory.mktemp("trace_files"), flags) as pair:
-        for port, address, base in pair.sides():
+        for port, address, base in pair:
             for index, (name, calls) in enumerate(TRACED):
                 for call in calls:
                     call(port, address)
                 path = base.with_name(f"{base.name}.{index}")
-                found[name].append((path.name, _wait_for(path)))
+                found[name].append((path.name, wait_for_trace_file(path)))
     return found
 
 
@@ -418,7 +359,7 @@ def test_count_rate_and_rotation_write_the_files_triton_writes(
 ) -> None:
     counts = []
     with _pair(peers, tmp_path, []) as pair:
-        for port, address, _ in pair.sides():
+        for port, address, _ in pair:
             for step in SAMPLING_STEPS[:5]:
                 step(port, address)
             counts.append(_http(port, "GET", MODEL)[1]["trace_count"])
@@ -427,7 +368,7 @@ def test_count_rate_and_rotation_write_the_files_triton_writes(
     assert counts == ["0", "0"]  # the count counts down to what is left
     written = [
         {path.name: _traced_ids(read_trace_file(path)) for path in trace_files(base)}
-        for base in (pair.real_file, pair.ours_file)
+        for _, _, base in pair
     ]
     assert written[1] == written[0]
     assert written[0] == {
@@ -436,9 +377,9 @@ def test_count_rate_and_rotation_write_the_files_triton_writes(
         "trace.json.1": ["g0", "g1"],
         "trace.json.2": ["g2"],
     }
-    for base in (pair.real_file, pair.ours_file):  # closed at the stop: a whole JSON array
+    for _, _, base in pair:  # closed at the stop: a whole JSON array
         assert isinstance(json.loads(base.read_text()), list)
-    _check_reader_on(pair.real_file, pair.ours_file)
+    _check_reader_on(pair[0][2], pair[1][2])
 
 
 def _check_reader_on(real_file: Path, our_file: Path) -> None:

@@ -93,12 +93,17 @@ async def test_models_list_each_state_and_reason_and_load_unload_reach_triton(
     assert await _infer_add(jp_fetch) == [2.0, 3.0, 4.0, 5.0]
 
 
+def _tritonserver_and_stubs(host: ServerHost) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The tritonserver the extension runs and its python stubs."""
+    assert host.endpoints is not None
+    triton = psutil.Process(host.endpoints.pid)
+    return triton, triton.children(recursive=True)
+
+
 async def test_stop_ends_tritonserver_and_its_stubs_and_frees_the_port(
     jp_fetch: Any, host: ServerHost, http_port: int
 ) -> None:
-    assert host.endpoints is not None
-    triton = psutil.Process(host.endpoints.pid)
-    stubs = triton.children(recursive=True)
+    triton, stubs = _tritonserver_and_stubs(host)
     assert len(stubs) >= 2  # one per loaded python model (add, echo)
     stopped = await call(jp_fetch, "server", "stop", method="POST")
     assert stopped["state"] == "stopped" and stopped["endpoints"] is None
@@ -118,9 +123,7 @@ async def test_stop_ends_tritonserver_and_its_stubs_and_frees_the_port(
 async def test_a_tritonserver_that_dies_is_failed_with_its_last_log_lines(
     jp_fetch: Any, host: ServerHost, http_port: int
 ) -> None:
-    assert host.endpoints is not None
-    triton = psutil.Process(host.endpoints.pid)
-    stubs = triton.children(recursive=True)
+    triton, stubs = _tritonserver_and_stubs(host)
     triton.kill()  # the tritonserver this test's extension started
     await wait_for(lambda: host.state == "failed", 30.0)
     status = await call(jp_fetch, "status")

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.integration.peers import REPO_ROOT
-from tests.integration.test_conformance_trace import _http, _wait_for
+from tests.integration.test_conformance_trace import _http
+from tests.integration.trace_cases import wait_for_trace_file
 from workbench.bench.trace import trace_rows
 from workbench.server.hosting import Server
 
@@ -71,7 +72,7 @@ def test_a_bls_call_with_the_requests_trace_is_its_child(tmp_path: Path, in_proc
             status, _ = _http(server.http_port, "POST", "/v2/models/bls_traced/infer",
                               {**BODY, "id": request_id})  # fmt: skip
             assert status == 200
-        files = [_wait_for(tmp_path / f"trace.json.{i}") for i in range(2)]
+        files = [wait_for_trace_file(tmp_path / f"trace.json.{i}") for i in range(2)]
     for entries, (child_id, parent_id) in zip(files, [(2, 1), (4, 3)], strict=True):
         headers = [e for e in entries if "model_name" in e]
         assert [(h["id"], h.get("parent_id"), h["model_name"]) for h in headers] == [
@@ -103,7 +104,7 @@ def test_a_bls_call_with_its_own_request_id_is_traced_under_it(
     with _traced_server(repository, tmp_path / "trace.json", 1) as server:
         status, answer = _http(server.http_port, "POST", "/v2/models/bls_traced_request_id/infer",
                                {**BODY, "id": "caller"})  # fmt: skip
-        entries = _wait_for(tmp_path / "trace.json.0")
+        entries = wait_for_trace_file(tmp_path / "trace.json.0")
     assert status == 200
     seen = {output["name"]: output["data"] for output in answer["outputs"]}["REQUEST_ID"]
     assert seen == ["child-1"]  # what the called model's request_id() said
@@ -127,7 +128,7 @@ def test_decoupled_bls_calls_are_children_written_with_their_caller_even_ending_
     with _traced_server(repository, tmp_path / "trace.json", 1) as server:
         status, answer = _http(server.http_port, "POST", "/v2/models/bls_traced_decoupled/infer",
                                count)  # fmt: skip
-        entries = _wait_for(tmp_path / "trace.json.0")
+        entries = wait_for_trace_file(tmp_path / "trace.json.0")
     assert status == 200
     assert answer["outputs"][0]["data"] == [0, 1, 0, 1]
     assert _headers(entries) == [
