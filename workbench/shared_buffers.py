@@ -18,9 +18,6 @@ the request it came in, which lasts until the stub has answered the request and 
 the stub opened the file; the inode check turns a reused descriptor number into an error, never
 into someone else's data. Where ``/proc`` or ``memfd_create`` is missing, or a child may not
 open its parent's descriptors, ``available``/``can_map`` say so and the copy stays.
-
-A registered system shared-memory region (``server/shared_memory.py``) is offered the same
-way (``share``): its inputs reach a Python model in the client's own pages.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ import mmap
 import os
 import threading
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,9 +38,8 @@ SHARED_BYTES = 4 << 20
 #: where a tensor lies in another process's buffer: (pid, descriptor, inode, byte offset)
 Ref = tuple[int, int, int, int]
 
-#: live buffers of this process: id -> (start address, end address, descriptor, inode, where
-#: the mapping starts in its file)
-_live: dict[int, tuple[int, int, int, int, int]] = {}
+#: live buffers of this process: id -> (start address, end address, descriptor, inode)
+_live: dict[int, tuple[int, int, int, int]] = {}
 _PROBE = b"workbench-probe"
 _probe_lock = threading.Lock()
 #: the probe buffer (kept for the process's life) and its reference
@@ -70,21 +65,11 @@ def allocate(size: int) -> memoryview:
     except OSError:
         os.close(fd)
         raise
-    share(mapping, fd)
-    return memoryview(mapping)
-
-
-def share(mapping: mmap.mmap, fd: int, file_offset: int = 0) -> Callable[[], None]:
-    """Let other processes map ``mapping`` (of the file open as ``fd``, from ``file_offset``):
-    a registered system shared-memory region, say. This module owns ``fd`` from now on.
-
-    Returns ``forget``: call it before closing the mapping (its addresses may then be reused
-    by another); otherwise the mapping is forgotten when it is collected.
-    """
     start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
     key = id(mapping)
-    _live[key] = (start, start + len(mapping), fd, os.fstat(fd).st_ino, file_offset)
-    return weakref.finalize(mapping, _forget, key, fd)
+    _live[key] = (start, start + size, fd, os.fstat(fd).st_ino)
+    weakref.finalize(mapping, _forget, key, fd)
+    return memoryview(mapping)
 
 
 def _forget(key: int, fd: int) -> None:
@@ -107,9 +92,9 @@ def ref_of(array: Any) -> Ref | None:
         return None
     address = array.__array_interface__["data"][0]
     end = address + array.nbytes
-    for start, stop, fd, inode, file_offset in list(_live.values()):
+    for start, stop, fd, inode in list(_live.values()):
         if start <= address and end <= stop:
-            return (os.getpid(), fd, inode, file_offset + address - start)
+            return (os.getpid(), fd, inode, address - start)
     return None
 
 
@@ -141,7 +126,7 @@ def probe_ref() -> Ref | None:
             ref = ref_of(np.frombuffer(view, dtype=np.uint8))
             assert ref is not None
             # Kept out of the live buffers: ``any_live`` must stay the cheap "no" it usually is.
-            _live.pop(id(view.obj))
+            del _live[id(view.obj)]
             _probe = (view, ref)
         return _probe[1]
 
@@ -168,5 +153,4 @@ __all__ = [
     "map_ref",
     "probe_ref",
     "ref_of",
-    "share",
 ]

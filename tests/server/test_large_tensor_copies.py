@@ -19,7 +19,6 @@ import asyncio
 import os
 import resource
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,50 +117,13 @@ def test_a_python_model_reads_a_large_http_body_where_it_landed(tmp_path: Path) 
     # Issue #12: the body is the one copy of the request. Its input is not copied into the
     # stub's shared memory (that region keeps its first size): the stub maps the body. A
     # server of its own, so that no other test's gRPC echo has grown the region already.
-    with _own_server(tmp_path) as (running, before):
-        _http_echo(running)(np.arange(ELEMENTS, dtype=np.float32))
-        sizes = _new_stubs_region_sizes(before)
-    assert sizes and max(sizes) < ELEMENTS * 4, sizes
-
-
-@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
-def test_a_python_model_reads_an_input_in_system_shared_memory_where_it_is(
-    tmp_path: Path,
-) -> None:
-    # The stub maps the client's registered region itself: no copy of the input at all.
-    data = np.arange(ELEMENTS, dtype=np.float32)
-    name = f"wb_copies_{os.getpid()}"
-    path = Path("/dev/shm") / name
-    path.write_bytes(data.tobytes())
-    try:
-        with _own_server(tmp_path) as (running, before):
-            client = httpclient.InferenceServerClient(running.http_address, network_timeout=120)
-            client.register_system_shared_memory("input", "/" + name, data.nbytes)
-            tensor = httpclient.InferInput("INPUT0", [ELEMENTS], "FP32")
-            tensor.set_shared_memory("input", data.nbytes)
-            output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
-            echo = client.infer("identity_py", [tensor], outputs=[output]).as_numpy("OUTPUT0")
-            client.unregister_system_shared_memory("input")
-            sizes = _new_stubs_region_sizes(before)
-        assert echo is not None and np.array_equal(echo, data)
-        assert sizes and max(sizes) < data.nbytes, sizes
-    finally:
-        path.unlink()
-
-
-@contextmanager
-def _own_server(tmp_path: Path) -> Iterator[tuple[Server, set[int]]]:
-    """A server of the test's own, and the child processes there were before it."""
     repo = copy_repository(REPOSITORY, tmp_path / "repo")
     before = {child.pid for child in psutil.Process().children()}
     with Server(Path(repo), http_port=0, grpc_port=0, metrics_port=0) as running:
-        yield running, before
-
-
-def _new_stubs_region_sizes(before: set[int]) -> list[int]:
-    """Sizes of the to-stub regions of the stubs started since ``before`` was taken."""
-    stubs = [c for c in psutil.Process().children() if c.pid not in before]
-    return [size for stub in stubs for size in _to_stub_region_sizes(stub.pid)]
+        _http_echo(running)(np.arange(ELEMENTS, dtype=np.float32))
+        stubs = [c for c in psutil.Process().children() if c.pid not in before]
+        sizes = [size for stub in stubs for size in _to_stub_region_sizes(stub.pid)]
+    assert sizes and max(sizes) < ELEMENTS * 4, sizes
 
 
 def _to_stub_region_sizes(pid: int) -> list[int]:

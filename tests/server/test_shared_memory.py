@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from workbench import shared_buffers
 from workbench._types import Tensor
 from workbench.core.request import InferResponse, SharedMemoryUse
 from workbench.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
@@ -92,30 +91,6 @@ def test_a_key_is_found_with_or_without_its_leading_slash(
 
 INVALID_ARGS = "failed to register shared memory region 'r': invalid args"
 UNMAPPABLE = "failed to register shared memory region 'r': unable to process address space"
-
-
-@pytest.mark.skipif(not shared_buffers.available(), reason="needs memfd_create and /proc")
-def test_a_stub_process_can_map_an_input_in_a_region_and_not_after_unregister(
-    registry: SharedMemoryRegistry, make_key: MakeKey
-) -> None:
-    # A Python model's stub maps the client's region itself (no copy of the input): the
-    # reference names the object's own bytes, from the region's offset in it.
-    key = make_key(8192)
-    _write(key, 4096 + 16, np.arange(4, dtype=np.float32).tobytes())
-    registry.register_system("r", key, 4096, 4096)
-    use = SharedMemoryUse()
-    array = np.frombuffer(registry.lease(use, "r", 16, 16), np.float32)
-    ref = shared_buffers.ref_of(array)
-    assert ref is not None and ref[3] == 4096 + 16
-    mapped = shared_buffers.map_ref(ref)
-    assert np.ndarray((4,), np.float32, mapped, ref[3]).tolist() == [0.0, 1.0, 2.0, 3.0]
-    use.release()
-    del array
-    assert shared_buffers.any_live()
-    registry.unregister("r")
-    # Forgotten before unmapping: another mapping may reuse its addresses.
-    assert not shared_buffers.any_live()
-    mapped.close()
 
 
 @pytest.mark.parametrize(

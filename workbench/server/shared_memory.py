@@ -5,9 +5,7 @@ creates a POSIX shared-memory object (``tritonclient.utils.shared_memory`` puts 
 ``/dev/shm``), registers a region of it by name (key, offset, byte size), then names that
 region in an infer request's ``shared_memory_region`` parameters. The region is mapped once,
 at register, and unmapped at unregister or when the server stops; inputs are numpy views of
-the mapping (no copy), outputs are copied into it once. A Python model's stub maps the region
-itself (``shared_buffers.share``: the stub opens the file through the server's descriptor), so
-its inputs reach the model with no copy at all.
+the mapping (no copy), outputs are copied into it once.
 
 Every error text and category is Triton's. Where 2.51 misbehaves this follows what it means
 (and what later releases do), each said where it happens: a second region of a key already
@@ -29,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench import shared_buffers
 from workbench.core.request import InferResponse, SharedMemoryUse
 from workbench.errors import (
     AlreadyExistsError,
@@ -58,8 +55,6 @@ class Region:
     mapping: mmap.mmap
     #: requests that read or write it now (Triton's ``shared_ptr`` use count, less its own)
     users: int = 0
-    #: stops offering the mapping to stub processes (``shared_buffers.share``), if it was
-    forget: Callable[[], None] | None = None
 
     def status(self) -> dict[str, Any]:
         """The region's entry in a status reply (``SharedMemoryManager::GetStatus``)."""
@@ -71,8 +66,6 @@ class Region:
         }
 
     def unmap(self) -> None:
-        if self.forget is not None:
-            self.forget()  # before its addresses can go to another mapping
         try:
             self.mapping.close()
         except BufferError:
@@ -98,15 +91,9 @@ class SharedMemoryRegistry:
                     f"failed to register shared memory region '{name}': invalid args"
                 )
             mapping = _map(name, descriptor, offset, byte_size)
-        except BaseException:
+        finally:
             os.close(descriptor)
-            raise
-        forget = None
-        if shared_buffers.available():  # a Python model's stub maps it: no copy of its inputs
-            forget = shared_buffers.share(mapping, descriptor, offset)
-        else:
-            os.close(descriptor)
-        self.regions[name] = Region(name, key, offset, byte_size, mapping, forget=forget)
+        self.regions[name] = Region(name, key, offset, byte_size, mapping)
 
     def status(self, name: str = "", kind: str = SYSTEM) -> list[dict[str, Any]]:
         """Every region of ``kind`` (sorted by name, as Triton's ``std::map``), or the one
