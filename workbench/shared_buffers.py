@@ -12,7 +12,7 @@ input changes its own pages, never the server's body (an ensemble may hand the s
 another step).
 
 Lifetimes need no messages: the server's descriptor closes when its mapping is collected
-(``weakref.finalize``: the body, and every numpy view of it, are gone), and the kernel frees the
+(the body, and every numpy view of it, are gone), and the kernel frees the
 pages once no process maps the file any more. The reference stays valid while the server holds
 the request it came in, which lasts until the stub has answered the request and so long after
 the stub opened the file; the inode check turns a reused descriptor number into an error, never
@@ -27,7 +27,6 @@ import functools
 import mmap
 import os
 import threading
-import weakref
 from typing import Any
 
 import numpy as np
@@ -61,20 +60,32 @@ def allocate(size: int) -> memoryview:
     fd = os.memfd_create("workbench-body")
     try:
         os.ftruncate(fd, size)
-        mapping = mmap.mmap(fd, size)
+        mapping = _SharedMapping(fd, size)
     except OSError:
         os.close(fd)
         raise
     start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
-    key = id(mapping)
-    _live[key] = (start, start + size, fd, os.fstat(fd).st_ino)
-    weakref.finalize(mapping, _forget, key, fd)
+    mapping.key, mapping.fd = id(mapping), fd
+    _live[mapping.key] = (start, start + size, fd, os.fstat(fd).st_ino)
     return memoryview(mapping)
 
 
-def _forget(key: int, fd: int) -> None:
-    _live.pop(key, None)
-    os.close(fd)
+class _SharedMapping(mmap.mmap):
+    """A mapping that leaves the registry before it is unmapped: ``__del__`` runs before the
+    mmap's own deallocation, which unmaps (with the GIL released) before any weak reference
+    callback could run, so a new mapping at the same address could be taken for this one."""
+
+    key = 0
+    fd = -1
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            try:
+                _live.pop(self.key, None)
+                os.close(fd)
+            except (AttributeError, OSError, TypeError):  # at exit the module may be gone
+                pass
 
 
 def any_live() -> bool:

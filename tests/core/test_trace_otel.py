@@ -8,9 +8,11 @@ both side by side).
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -128,6 +130,28 @@ def test_an_ensembles_steps_are_spans_under_the_ensembles_model_span(
     }
     assert [s.name for s in children(spans, first)] == ["compute"]
     assert len({s.trace_id for s in spans}) == 1
+
+
+def test_each_steps_context_names_its_own_model_span_in_the_one_trace(
+    receiver: OtlpReceiver,
+) -> None:
+    # get_context() from two steps of an ensemble, asked from two threads at once: one trace
+    # id for both (the root's), each step its own model span.
+    export = export_to(receiver)
+    record = SpanRecord(export, TraceLevel.TIMESTAMPS, itertools.count(7))
+    ensemble = record.new_trace()
+    steps = [ensemble.spawn(), ensemble.spawn()]
+    with ThreadPoolExecutor(2) as pool:
+        contexts = list(pool.map(lambda step: json.loads(step.get_context()), steps))
+    for step, name in zip(steps, ("first", "second"), strict=True):
+        step.report_request(name, 3, "e1", times(step.started_ns))
+    ensemble.report_request("ens", 1, "e1", times(ensemble.started_ns), compute=False)
+    ensemble.release()
+    export.shutdown()
+    spans = receiver.wait_for(6)
+    for context, name in zip(contexts, ("first", "second"), strict=True):
+        span = by_name(spans, name)
+        assert context == {"traceparent": f"00-{span.trace_id}-{span.span_id}-01"}
 
 
 def test_a_request_without_an_id_has_no_request_id_attribute(receiver: OtlpReceiver) -> None:

@@ -17,7 +17,7 @@ import pytest
 from tests.repository.conftest import MakeModel
 from tests.repository.s3_server import ADD_ONE, S3Server
 from workbench.errors import NotFoundError, UnavailableError
-from workbench.repository import ModelRepository, diff_snapshots
+from workbench.repository import ModelRepository, diff_snapshots, remote_mirror
 from workbench.repository.remote_mirror import RemoteMirror
 from workbench.repository.remote_url import parse_remote_url
 
@@ -199,10 +199,17 @@ def test_a_poll_that_cannot_read_the_store_keeps_the_last_copy(
     assert "failed to poll model repository" in caplog.text and bucket in caplog.text
 
 
-def test_close_waits_for_a_poll_under_way_and_leaves_no_copy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("gives_up", [False, True])
+def test_close_waits_for_a_poll_under_way_and_leaves_no_copy(
+    gives_up: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A poll syncs on a worker thread, which stopping the server does not stop: close must
     # not delete the copy under it (the sync would write the files again after the delete).
+    # A store that stops answering is not waited for: the sync deletes what it wrote itself.
     from fsspec.implementations.memory import MemoryFileSystem
+
+    if gives_up:
+        monkeypatch.setattr(remote_mirror, "CLOSE_WAIT_S", 0.05)
 
     class GatedListing(MemoryFileSystem):
         """The store's listing waits for the test's gate once ``gated`` is set."""
@@ -217,6 +224,9 @@ def test_close_waits_for_a_poll_under_way_and_leaves_no_copy(tmp_path: Path) -> 
                 assert self.gate.wait(30), "the test never opened the gate"
             return super().find(path, **kwargs)
 
+    GatedListing.gated.clear()
+    GatedListing.listing.clear()
+    GatedListing.gate.clear()
     fs = GatedListing(skip_instance_cache=True)
     fs.store.clear()
     fs.pipe({"/bucket/add_one/config.pbtxt": b"name: 'add_one'"})
@@ -232,8 +242,12 @@ def test_close_waits_for_a_poll_under_way_and_leaves_no_copy(tmp_path: Path) -> 
     assert GatedListing.listing.wait(30)
     closing = threading.Thread(target=mirror.close)
     closing.start()
-    closing.join(0.2)
-    assert closing.is_alive()  # waiting for the sync under way
+    if gives_up:
+        closing.join(30)
+        assert not closing.is_alive()
+    else:
+        closing.join(0.2)
+        assert closing.is_alive()  # waiting for the sync under way
     GatedListing.gate.set()
     poll.join(30)
     closing.join(30)

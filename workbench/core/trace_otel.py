@@ -236,9 +236,11 @@ class SpanRecord(RecordLifetime):
         self.root_events: list[tuple[str, int]] = []
         #: trace id -> its report, in creation order (an ensemble before its steps)
         self.reports: dict[int, _TraceReport] = {}
-        #: the OpenTelemetry trace id (0: not chosen yet) and each model span's id, chosen
-        #: when first asked for (``context``) or when the spans are built
-        self._otel_trace_id = 0
+        #: the OpenTelemetry trace id (0: the propagated one, read when first needed) and each
+        #: model span's id, chosen when first asked for (``context``) or when spans are built
+        # Chosen now without a propagated context: two models asking at once (an ensemble's
+        # steps) must get the same one.
+        self._otel_trace_id = 0 if context is not None else _random_id(128)
         self._span_ids: dict[int, int] = {}
 
     def new_trace(self, parent_id: int = 0) -> InferenceTrace:
@@ -274,11 +276,8 @@ class SpanRecord(RecordLifetime):
         return json.dumps({"traceparent": traceparent}, separators=(",", ":"))
 
     def _trace_id(self) -> int:
-        if not self._otel_trace_id:
-            context = self._context
-            self._otel_trace_id = (
-                self.export.trace_id_of(context) if context is not None else _random_id(128)
-            )
+        if not self._otel_trace_id and self._context is not None:
+            self._otel_trace_id = self.export.trace_id_of(self._context)  # the same each time
         return self._otel_trace_id
 
     def _span_id(self, trace_id: int) -> int:

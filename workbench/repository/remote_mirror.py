@@ -85,24 +85,32 @@ class RemoteMirror:
         with self._lock:
             if self._closed:  # a poll's sync that lost the race with the server's stop
                 return
-            files, markers = self._list(model)
-            scope = f"{model}/" if model else ""
-            self._markers = {m for m in self._markers if not f"{m}/".startswith(scope)} | markers
-            for marker in markers:
-                (self.local_root / marker).mkdir(parents=True, exist_ok=True)
-            stale = [
-                relative
-                for relative, stamp in files.items()
-                if fresh
-                or self._stamps.get(relative) != stamp
-                or not (self.local_root / relative).is_file()
-            ]
-            self._download(stale)
-            self._stamps.update({relative: files[relative] for relative in stale})
-            for relative in [r for r in self._stamps if r.startswith(scope) and r not in files]:
-                (self.local_root / relative).unlink(missing_ok=True)
-                del self._stamps[relative]
-            self._prune(model)
+            try:
+                self._sync(model, fresh)
+            finally:
+                if self._closed:  # close() gave up waiting for this sync: delete its files
+                    shutil.rmtree(self.local_root, ignore_errors=True)
+
+    def _sync(self, model: str | None, fresh: bool) -> None:
+        """``sync``, under its lock."""
+        files, markers = self._list(model)
+        scope = f"{model}/" if model else ""
+        self._markers = {m for m in self._markers if not f"{m}/".startswith(scope)} | markers
+        for marker in markers:
+            (self.local_root / marker).mkdir(parents=True, exist_ok=True)
+        stale = [
+            relative
+            for relative, stamp in files.items()
+            if fresh
+            or self._stamps.get(relative) != stamp
+            or not (self.local_root / relative).is_file()
+        ]
+        self._download(stale)
+        self._stamps.update({relative: files[relative] for relative in stale})
+        for relative in [r for r in self._stamps if r.startswith(scope) and r not in files]:
+            (self.local_root / relative).unlink(missing_ok=True)
+            del self._stamps[relative]
+        self._prune(model)
 
     def close(self) -> None:
         """Delete the local copy (Triton deletes its copies when it stops), once a sync under

@@ -268,7 +268,7 @@ class Stub:
             return True
         try:
             requests = read_pb_requests(self.inbound, block, wires, runner.spec.outputs)
-        except OSError as exc:  # a request body the server shared could not be mapped
+        except (OSError, ValueError) as exc:  # a request body the server shared, unmappable
             error = InternalError(f"failed to read the request's inputs: {exc}")
             self.reply((REPLY, key, -1, failed_wires(len(wires), error)))
             return True

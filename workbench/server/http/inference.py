@@ -214,7 +214,7 @@ def _reply(payload: bytes | list[Any], header_length: int | None, accept: bytes 
     if accept:
         encoding = compression.response_encoding(accept)
         if encoding != "identity":
-            body = compression.compress(b"".join((body, *more)), encoding)
+            body = compression.compress(b"".join((body, *more)) if more else body, encoding)
             more = ()
             headers.append((b"content-encoding", encoding.encode()))
     return Reply(200, body, headers, more=more)
