@@ -21,10 +21,20 @@ from workbench.errors import UnavailableError
 from workbench.export.tritonserver import TritonBinary, find_tritonserver
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def _free_ports(host: str, count: int) -> list[int]:
+    """``count`` different ports of ``host`` that were free a moment ago: all bound at once, so
+    that the system cannot hand out one twice (one at a time it did: tritonserver then refused
+    the same port for HTTP and gRPC)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def _port_clash(log: str) -> bool:
+    """Whether tritonserver's log says it could not have its ports (worth new ones)."""
+    return "already in use" in log or "at the same address and port" in log
 
 
 class TritonProcess:
@@ -137,7 +147,7 @@ class TritonProcess:
             try:
                 self._start_once()
             except UnavailableError:
-                if attempt + 1 == attempts or "already in use" not in self.log_text():
+                if attempt + 1 == attempts or not _port_clash(self.log_text()):
                     raise
             else:
                 atexit.register(self.stop)
@@ -146,7 +156,8 @@ class TritonProcess:
 
     def _start_once(self) -> None:
         # a configured port in use fails the start with Triton's own message
-        picked = (wanted or _free_port(self.host) for wanted in self.ports)
+        fresh = iter(_free_ports(self.host, len(self.ports)))
+        picked = [wanted or next(fresh) for wanted in self.ports]
         self.http_port, self.grpc_port, self.metrics_port = picked
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
