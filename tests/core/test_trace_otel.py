@@ -11,14 +11,15 @@ import itertools
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from tests.server.otlp_receiver import OtlpReceiver, ReceivedSpan, children, roots
 from workbench.core.statistics import RequestTimes
-from workbench.core.trace import TraceLevel
+from workbench.core.trace import InferenceTrace, TraceLevel
 from workbench.core.trace_otel import SpanExport, SpanRecord
 from workbench.core.trace_settings import TraceManager, TraceOptions
 from workbench.errors import MissingDependencyError
@@ -103,19 +104,28 @@ def test_a_request_makes_a_root_a_model_and_a_compute_span(receiver: OtlpReceive
     assert root.start_ns <= model.start_ns and model.end_ns <= root.end_ns
 
 
-def test_an_ensembles_steps_are_spans_under_the_ensembles_model_span(
-    receiver: OtlpReceiver,
-) -> None:
+def _ensemble_spans(
+    receiver: OtlpReceiver, while_running: Callable[[list[InferenceTrace]], None]
+) -> list[ReceivedSpan]:
+    """The spans of an ensemble ``ens`` (trace 7) with steps ``first`` and ``second`` (8, 9);
+    ``while_running`` sees the steps' traces before they report."""
     export = export_to(receiver)
     record = SpanRecord(export, TraceLevel.TIMESTAMPS, itertools.count(7))
     ensemble = record.new_trace()
     steps = [ensemble.spawn(), ensemble.spawn()]
+    while_running(steps)
     for step, name in zip(steps, ("first", "second"), strict=True):
         step.report_request(name, 3, "e1", times(step.started_ns))
     ensemble.report_request("ens", 1, "e1", times(ensemble.started_ns), compute=False)
     ensemble.release()
     export.shutdown()
-    spans = receiver.wait_for(6)
+    return receiver.wait_for(6)
+
+
+def test_an_ensembles_steps_are_spans_under_the_ensembles_model_span(
+    receiver: OtlpReceiver,
+) -> None:
+    spans = _ensemble_spans(receiver, lambda steps: None)
     (root,) = roots(spans)
     (ens,) = children(spans, root)
     assert ens.name == "ens" and ens.event_names == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
@@ -137,18 +147,13 @@ def test_each_steps_context_names_its_own_model_span_in_the_one_trace(
 ) -> None:
     # get_context() from two steps of an ensemble, asked from two threads at once: one trace
     # id for both (the root's), each step its own model span.
-    export = export_to(receiver)
-    record = SpanRecord(export, TraceLevel.TIMESTAMPS, itertools.count(7))
-    ensemble = record.new_trace()
-    steps = [ensemble.spawn(), ensemble.spawn()]
-    with ThreadPoolExecutor(2) as pool:
-        contexts = list(pool.map(lambda step: json.loads(step.get_context()), steps))
-    for step, name in zip(steps, ("first", "second"), strict=True):
-        step.report_request(name, 3, "e1", times(step.started_ns))
-    ensemble.report_request("ens", 1, "e1", times(ensemble.started_ns), compute=False)
-    ensemble.release()
-    export.shutdown()
-    spans = receiver.wait_for(6)
+    contexts: list[Any] = []
+
+    def ask(steps: list[InferenceTrace]) -> None:
+        with ThreadPoolExecutor(2) as pool:
+            contexts.extend(pool.map(lambda step: json.loads(step.get_context()), steps))
+
+    spans = _ensemble_spans(receiver, ask)
     for context, name in zip(contexts, ("first", "second"), strict=True):
         span = by_name(spans, name)
         assert context == {"traceparent": f"00-{span.trace_id}-{span.span_id}-01"}
