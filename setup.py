@@ -13,6 +13,13 @@ are missing or older than the sources, and adds them to the data files under
 ``share/jupyter/labextensions/triton-workbench-labextension/``, where JupyterLab finds
 prebuilt extensions: users of the wheel need no Node.js. Building needs Node.js 20+ and npm;
 ``WORKBENCH_SKIP_LABEXTENSION=1`` builds without the panel.
+
+**The native gRPC front end.** ``workbench/server/grpc/_native.cpp`` is built against gRPC's
+C++ library where ``pkg-config`` finds it (Debian: ``apt-get install libgrpc++-dev
+pkg-config``). It is optional: without the library, or when its build fails, the package
+installs without it and the server speaks gRPC through grpcio's Python server instead
+(``workbench/server/grpc/native.py`` says which one runs). ``WORKBENCH_SKIP_NATIVE_GRPC=1``
+leaves it out.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import Command, setup
+from setuptools import Command, Extension, setup
 from setuptools.command.build import build
 from setuptools.dist import Distribution
 from setuptools.errors import SetupError
@@ -129,7 +136,35 @@ def _data_files() -> list[tuple[str, list[str]]]:
     return files
 
 
+def _native_grpc() -> list[Extension]:
+    """The native gRPC front end's extension, where gRPC's C++ library is installed."""
+    if os.environ.get("WORKBENCH_SKIP_NATIVE_GRPC") == "1":
+        return []
+    try:
+        flags = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "grpc++"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        print("[native gRPC] no grpc++ (pkg-config): gRPC is served by grpcio", flush=True)
+        return []
+    return [
+        Extension(
+            "workbench.server.grpc._native",
+            ["workbench/server/grpc/_native.cpp"],
+            language="c++",
+            extra_compile_args=["-std=c++17", "-O2", *[f for f in flags if not f.startswith("-l")]],
+            extra_link_args=[f for f in flags if not f.startswith("-I")],
+            # a failed build leaves the package without it, not the install failed
+            optional=True,
+        )
+    ]
+
+
 setup(
+    ext_modules=_native_grpc(),
     distclass=DistributionWithData,
     cmdclass={"build": BuildWithLabextension, "build_labextension": BuildLabextension},
 )

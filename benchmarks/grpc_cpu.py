@@ -5,7 +5,8 @@ far less than req/s on a shared 2-core machine. Three servers, one run:
 
 - ``workbench serve`` on a copy of the conformance repository's ``add_one`` (FP32[16] + 1,
   python backend, dynamic batching), driven by tritonclient at concurrency 1 over HTTP and
-  over gRPC; the server's own CPU and that of its stub processes are reported apart;
+  over gRPC, the latter once with each ``--grpc-implementation`` (native: gRPC's C++ server;
+  grpcio: grpc.aio); the server's own CPU and that of its stub processes are reported apart;
 - a bare ``grpc.aio`` echo server (a generic handler on raw bytes, uvloop, no protobuf, no
   model): the floor any servicer on grpc.aio pays per unary call here.
 
@@ -87,7 +88,7 @@ def _wait_ready(check: Callable[[], bool]) -> None:
     raise RuntimeError("the server did not become ready")
 
 
-def workbench_rows(requests: int) -> list[tuple[str, float, float, float]]:
+def workbench_rows(requests: int, implementation: str) -> list[tuple[str, float, float, float]]:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
@@ -96,7 +97,7 @@ def workbench_rows(requests: int) -> list[tuple[str, float, float, float]]:
     http_port, grpc_port = _free_port(), _free_port()
     command = [sys.executable, "-m", "workbench", "serve", "--model-repository", str(repository)]
     command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
-    command += ["--metrics-port", str(_free_port())]
+    command += ["--metrics-port", str(_free_port()), "--grpc-implementation", implementation]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
     try:
@@ -104,7 +105,11 @@ def workbench_rows(requests: int) -> list[tuple[str, float, float, float]]:
         _wait_ready(http.is_server_ready)
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         data = np.ones((1, 16), np.float32)
-        for label, client, module in (("HTTP", http, httpclient), ("gRPC", grpc, grpcclient)):
+        protocols = [("gRPC", grpc, grpcclient)]
+        if implementation == "native":  # HTTP once
+            protocols.insert(0, ("HTTP", http, httpclient))
+        for label, client, module in protocols:
+            label = f"gRPC ({implementation})" if client is grpc else label
             tensor = module.InferInput("INPUT0", [1, 16], "FP32")
             tensor.set_data_from_numpy(data)
 
@@ -139,7 +144,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
-    rows = [*workbench_rows(args.requests), echo_row(args.requests)]
+    rows = [
+        *workbench_rows(args.requests, "native"),
+        *workbench_rows(args.requests, "grpcio"),
+        echo_row(args.requests),
+    ]
     print("| server, protocol | server CPU µs/request | stubs' CPU µs/request | requests/s (c=1) |")
     print("| --- | --- | --- | --- |")
     for label, server_us, stubs_us, rate in rows:

@@ -60,8 +60,19 @@ def allocate(size: int) -> memoryview:
     fd = os.memfd_create("workbench-body")
     try:
         os.ftruncate(fd, size)
-        mapping = _SharedMapping(fd, size)
     except OSError:
+        os.close(fd)
+        raise
+    return adopt(fd, size)
+
+
+def adopt(fd: int, size: int) -> memoryview:
+    """A writable view of the ``size`` bytes of the memfd ``fd`` (made elsewhere: the native
+    gRPC front end's), shareable as ``allocate``'s; the view owns ``fd`` from now on, and
+    closes it where mapping fails."""
+    try:
+        mapping = _SharedMapping(fd, size)
+    except (OSError, ValueError):
         os.close(fd)
         raise
     start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
@@ -157,6 +168,7 @@ def can_map(ref: Ref | None) -> bool:
 __all__ = [
     "SHARED_BYTES",
     "Ref",
+    "adopt",
     "allocate",
     "any_live",
     "available",

@@ -27,6 +27,7 @@ from workbench import __version__
 from workbench.cli import build_parser, main
 from workbench.errors import InvalidArgumentError
 from workbench.server.cli import server_from_args
+from workbench.server.grpc import native
 from workbench.server.grpc.frontend import GrpcKeepalive
 from workbench.server.hosting import Server
 from workbench.server.options import cache_size, rate_limit_resources
@@ -337,14 +338,21 @@ def test_grpc_keepalive_flags_take_tritons_names_and_defaults(tmp_path: Path) ->
 def test_grpc_keepalive_flags_reach_the_grpc_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The channel arguments given to whichever gRPC server runs: grpcio's or the native one.
     created: list[dict[str, int]] = []
     create = grpc.aio.server
+    start = native.NativeServer.start
 
     def recording(*args: Any, **keywords: Any) -> Any:
         created.append(dict(keywords["options"]))
         return create(*args, **keywords)
 
+    def recording_start(self: Any, target: str, arguments: Any) -> int:
+        created.append(dict(arguments))
+        return start(self, target, arguments)
+
     monkeypatch.setattr(grpc.aio, "server", recording)
+    monkeypatch.setattr(native.NativeServer, "start", recording_start)
     flags = ["--http-port=0", "--grpc-port=0", "--metrics-port=0", *KEEPALIVE_FLAGS]
     args = build_parser().parse_args(["serve", f"--model-repository={tmp_path}", *flags])
     with server_from_args(args) as server:

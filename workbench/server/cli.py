@@ -6,7 +6,7 @@ import argparse
 import logging
 from collections.abc import Callable
 
-from workbench.server.grpc.frontend import GrpcKeepalive
+from workbench.server.grpc.frontend import IMPLEMENTATIONS, GrpcKeepalive
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES as MAX_GRPC_MESSAGE_BYTES
 from workbench.server.hosting import Server
 from workbench.server.http.limits import (
@@ -145,6 +145,13 @@ def _add_grpc(flag: Callable[..., object]) -> None:
         default=MAX_GRPC_MESSAGE_BYTES,
         metavar="BYTES",
         help="largest gRPC message sent or received (workbench only; Triton uses INT32_MAX)",
+    )
+    flag(
+        "--grpc-implementation",
+        choices=IMPLEMENTATIONS,
+        default="auto",
+        help="the server that carries gRPC calls: gRPC's C++ server (native, when built), "
+        "grpcio's Python one, or native where built (auto; workbench only)",
     )
     _add_grpc_keepalive(flag)
 

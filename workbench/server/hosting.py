@@ -362,7 +362,12 @@ class Server:
             tracer=core.tracer,
         )
         self._grpc_port = await self._grpc.start()
-        log.info("Started GRPCInferenceService at %s:%d", options.address, self._grpc_port)
+        log.info(
+            "Started GRPCInferenceService at %s:%d (%s)",
+            options.address,
+            self._grpc_port,
+            "gRPC C++ server" if self._grpc.implementation == "native" else "grpcio",
+        )
 
     async def _start_metrics(self, metrics: MetricsService) -> None:
         assert self._metrics_socket is not None and self.options.metrics is not None

@@ -76,6 +76,7 @@ class ServerOptions:
         grpc_address: str | None = None,
         allow_grpc: bool = True,
         grpc_infer_compression: str = "none",
+        grpc_implementation: str = "auto",
         grpc_max_message_bytes: int = MAX_GRPC_MESSAGE_BYTES,
         grpc_keepalive_time: int = _KEEPALIVE.keepalive_time_ms,
         grpc_keepalive_timeout: int = _KEEPALIVE.keepalive_timeout_ms,
@@ -109,6 +110,7 @@ class ServerOptions:
             address=grpc_address or host,
             max_message_bytes=grpc_max_message_bytes,
             infer_compression=grpc_infer_compression,
+            implementation=grpc_implementation,
             restrictions=grpc_restrictions(grpc_restricted_protocol),
             keepalive=GrpcKeepalive(
                 keepalive_time_ms=grpc_keepalive_time,
@@ -180,6 +182,7 @@ class ServerOptions:
             grpc_address=args.grpc_address,
             grpc_port=args.grpc_port,
             grpc_infer_compression=args.grpc_infer_response_compression_level,
+            grpc_implementation=args.grpc_implementation,
             grpc_max_message_bytes=args.grpc_max_message_size,
             grpc_keepalive_time=args.grpc_keepalive_time,
             grpc_keepalive_timeout=args.grpc_keepalive_timeout,

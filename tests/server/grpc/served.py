@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from tests.server.fake_core import FakeCore
 from workbench.core.trace_settings import TraceManager
-from workbench.server.grpc import GrpcFrontend, GrpcOptions
+from workbench.server.grpc import GrpcFrontend, GrpcOptions, native
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
 from workbench.server.log_settings import LogSettings
 
@@ -38,16 +39,23 @@ class GrpcServer:
         return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
+#: the gRPC servers the front-end tests run on: gRPC's C++ server where it is built, and grpcio
+IMPLEMENTATIONS = ["native", "grpcio"] if native.available() else ["grpcio"]
+
+
 def serve_grpc(
     options: GrpcOptions | None = None,
     core: FakeCore | None = None,
     tracer: TraceManager | None = None,
+    implementation: str = "auto",
 ) -> Iterator[GrpcServer]:
     """Serve a fake core (a fresh one by default) on a uvloop loop in a thread; yields once
-    listening."""
+    listening. ``implementation`` replaces the options' own."""
     core = core or FakeCore()
     settings = LogSettings(logger_name="workbench.test_grpc")
     options = options or GrpcOptions(port=0, address="127.0.0.1")
+    if implementation != "auto":
+        options = dataclasses.replace(options, implementation=implementation)
     frontend = GrpcFrontend(
         core,  # type: ignore[arg-type]
         options,

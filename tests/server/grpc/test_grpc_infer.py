@@ -15,7 +15,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from tests.server.grpc.served import GrpcServer, serve_grpc
+from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
 from workbench.server.grpc import GrpcOptions
 
 P = pb.InferParameter
@@ -24,9 +24,9 @@ Output = pb.ModelInferRequest.InferRequestedOutputTensor
 ROW = np.arange(16, dtype=np.float32).reshape(1, 16)
 
 
-@pytest.fixture(scope="module")
-def grpc_server() -> Iterator[GrpcServer]:
-    yield from serve_grpc()
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def grpc_server(request: pytest.FixtureRequest) -> Iterator[GrpcServer]:
+    yield from serve_grpc(implementation=request.param)
 
 
 def _infer(server: GrpcServer, request: pb.ModelInferRequest) -> pb.ModelInferResponse:

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.server.fake_core import FakeCore
-from tests.server.grpc.served import GrpcServer, serve_grpc
+from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
 
 P = pb.InferParameter
@@ -36,9 +36,9 @@ class SlowCore(FakeCore):
         return await super().infer(request)
 
 
-@pytest.fixture(scope="module")
-def grpc_server() -> Iterator[GrpcServer]:
-    yield from serve_grpc(core=SlowCore())
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def grpc_server(request: pytest.FixtureRequest) -> Iterator[GrpcServer]:
+    yield from serve_grpc(core=SlowCore(), implementation=request.param)
 
 
 def _repeat(count: int, request_id: str = "", **params: Any) -> pb.ModelInferRequest:

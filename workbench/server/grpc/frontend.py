@@ -1,6 +1,9 @@
-"""The gRPC front end: a ``grpc.aio`` server on the server's own event loop.
+"""The gRPC front end, on the server's own event loop: gRPC's C++ server (``native.py``) where
+it was built, else grpcio's ``grpc.aio`` server; both serve the same ``InferenceService``.
 
-Options follow tritonserver's flags: ``--grpc-port``, ``--grpc-address``,
+``GrpcOptions.implementation`` picks one: ``auto`` (native when built), ``native`` (an error
+when not built), ``grpcio``. Options follow tritonserver's flags: ``--grpc-port``,
+``--grpc-address``,
 ``--grpc-infer-response-compression-level``, the message size limit (Triton uses
 ``INT32_MAX`` for both directions), and the keepalive and connection-age flags, which become
 the same gRPC core channel arguments as in Triton's ``src/grpc/grpc_server.cc`` (``Server``).
@@ -16,10 +19,12 @@ import grpc
 from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import InvalidArgumentError, UnavailableError
+from workbench.server.grpc.native import NativeServer
+from workbench.server.grpc.native import available as native_available
 from workbench.server.grpc.response_codec import MAX_MESSAGE_BYTES
 from workbench.server.grpc.restriction import RestrictionInterceptor
 from workbench.server.grpc.service import InferenceService
-from workbench.server.grpc.unparsable import add_service
+from workbench.server.grpc.unparsable import add_service, method_handlers
 from workbench.server.log_settings import LogSettings
 from workbench.server.restricted import Restrictions
 from workbench.server.shared_memory import SharedMemoryRegistry
@@ -98,6 +103,8 @@ class GrpcOptions:
     restrictions: Restrictions = field(default_factory=dict)
     #: keepalive pings and connection age, as tritonserver's flags set them
     keepalive: GrpcKeepalive = field(default_factory=GrpcKeepalive)
+    #: ``auto`` | ``native`` | ``grpcio``: which gRPC server carries the calls (workbench only)
+    implementation: str = "auto"
 
 
 class GrpcFrontend:
@@ -127,35 +134,43 @@ class GrpcFrontend:
         )
         self._server: Any = None
         self.port = 0
+        #: ``native`` or ``grpcio``: the server that carries the calls
+        self.implementation = _implementation(options.implementation)
 
     async def start(self) -> int:
         """Listen on ``address:port`` (port 0: an ephemeral one); return the bound port."""
         limit = self.options.max_message_bytes
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-                # Without this a second server could share a port in use instead of failing.
-                ("grpc.so_reuseport", 0),
-                *self.options.keepalive.channel_arguments(),
-            ],
-            # Only when something is restricted: an interceptor costs every call.
-            interceptors=[RestrictionInterceptor(self.options.restrictions)]
-            if self.options.restrictions
-            else None,
-        )
-        add_service(self.service, server)
+        arguments: list[tuple[str, int | str]] = [
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+            # Without this a second server could share a port in use instead of failing.
+            ("grpc.so_reuseport", 0),
+            *self.options.keepalive.channel_arguments(),
+        ]
         target = _target(self.options.address, self.options.port)
-        try:
-            port = server.add_insecure_port(target)
-        except RuntimeError:
-            port = 0
+        if self.implementation == "native":
+            server: Any = NativeServer(method_handlers(self.service), self.options.restrictions)
+            port = server.start(target, arguments)
+        else:
+            server = grpc.aio.server(
+                options=arguments,
+                # Only when something is restricted: an interceptor costs every call.
+                interceptors=[RestrictionInterceptor(self.options.restrictions)]
+                if self.options.restrictions
+                else None,
+            )
+            add_service(self.service, server)
+            try:
+                port = server.add_insecure_port(target)
+            except RuntimeError:
+                port = 0
+            if port:
+                await server.start()
         if port == 0:
             await server.stop(None)
             raise UnavailableError(
                 f"cannot listen on {target}: the address is in use or not available"
             )
-        await server.start()
         self._server, self.port = server, port
         return port
 
@@ -166,7 +181,31 @@ class GrpcFrontend:
             await server.stop(grace_s)
 
 
+IMPLEMENTATIONS = ("auto", "native", "grpcio")
+#: what to do when the native front end is asked for and missing
+BUILD_NATIVE = (
+    "install gRPC's C++ library (Debian: apt-get install libgrpc++-dev pkg-config) and "
+    "reinstall triton-workbench"
+)
+
+
+def _implementation(asked: str) -> str:
+    """The gRPC server ``asked`` (an ``implementation`` option) names here."""
+    if asked == "grpcio" or (asked == "auto" and not native_available()):
+        return "grpcio"
+    if not native_available():
+        raise InvalidArgumentError(
+            f"the native gRPC front end is not built in this installation: {BUILD_NATIVE}"
+        )
+    return "native"
+
+
 def _check(options: GrpcOptions) -> None:
+    if options.implementation not in IMPLEMENTATIONS:
+        raise InvalidArgumentError(
+            f"invalid argument for --grpc-implementation: '{options.implementation}' "
+            "(expected auto, native or grpcio)"
+        )
     if options.infer_compression.lower() not in COMPRESSION_LEVELS:
         raise InvalidArgumentError(
             "invalid argument for --grpc-infer-response-compression-level: "
@@ -200,4 +239,10 @@ def _target(address: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-__all__ = ["COMPRESSION_LEVELS", "GrpcFrontend", "GrpcKeepalive", "GrpcOptions"]
+__all__ = [
+    "COMPRESSION_LEVELS",
+    "IMPLEMENTATIONS",
+    "GrpcFrontend",
+    "GrpcKeepalive",
+    "GrpcOptions",
+]

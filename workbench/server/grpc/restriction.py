@@ -8,7 +8,7 @@ The RPC-to-group table is ``grpc_server.cc``'s ``restricted_keys_.Get(...)`` per
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -42,8 +42,8 @@ RPC_GROUPS = {
 _STREAMING = {"ModelStreamInfer"}
 
 
-class RestrictionInterceptor(grpc.aio.ServerInterceptor):
-    """Answers a restricted RPC without its metadata key with Triton's refusal."""
+class RestrictedMethods:
+    """Which calls a restriction refuses: those to a restricted RPC without its metadata."""
 
     def __init__(self, restrictions: Restrictions) -> None:
         #: full method path -> its restriction, for the restricted RPCs only
@@ -53,31 +53,44 @@ class RestrictionInterceptor(grpc.aio.ServerInterceptor):
             if group in restrictions
         }
 
+    def refusal(self, method: str, metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+        """Triton's refusal of a call to ``method`` (a full path) with ``metadata``, or None
+        when the call may go on."""
+        restriction = self._by_method.get(method)
+        if restriction is None or restriction.allows(_metadata_value(metadata, restriction)):
+            return None
+        return restriction.grpc_refusal
+
+
+class RestrictionInterceptor(grpc.aio.ServerInterceptor):
+    """Answers a restricted RPC without its metadata key with Triton's refusal."""
+
+    def __init__(self, restrictions: Restrictions) -> None:
+        self._restricted = RestrictedMethods(restrictions)
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         method = handler_call_details.method
-        restriction = self._by_method.get(method)
-        if restriction is None or restriction.allows(
-            _metadata_value(handler_call_details, restriction)
-        ):
+        refusal = self._restricted.refusal(method, handler_call_details.invocation_metadata)
+        if refusal is None:
             return await continuation(handler_call_details)
-        return _refusal_handler(restriction, method.rsplit("/", 1)[-1] in _STREAMING)
+        return _refusal_handler(refusal, method.rsplit("/", 1)[-1] in _STREAMING)
 
 
-def _metadata_value(details: grpc.HandlerCallDetails, restriction: Restriction) -> str | None:
+def _metadata_value(
+    metadata: Iterable[tuple[str, Any]] | None, restriction: Restriction
+) -> str | None:
     key = restriction.lookup.decode("latin-1")
-    for item_key, value in details.invocation_metadata or ():
+    for item_key, value in metadata or ():
         if item_key == key:
             return value if isinstance(value, str) else None
     return None
 
 
-def _refusal_handler(restriction: Restriction, streaming: bool) -> grpc.RpcMethodHandler:
-    message = restriction.grpc_refusal
-
+def _refusal_handler(message: str, streaming: bool) -> grpc.RpcMethodHandler:
     async def refuse_unary(request: bytes, context: Any) -> None:
         await context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
@@ -89,4 +102,4 @@ def _refusal_handler(restriction: Restriction, streaming: bool) -> grpc.RpcMetho
     return grpc.unary_unary_rpc_method_handler(refuse_unary)
 
 
-__all__ = ["RPC_GROUPS", "RestrictionInterceptor"]
+__all__ = ["RPC_GROUPS", "RestrictedMethods", "RestrictionInterceptor"]

@@ -47,11 +47,24 @@ class _Capture:
 
 def add_service(servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server: Any) -> None:
     """``add_GRPCInferenceServiceServicer_to_server``, answering unparsable requests as Triton."""
-    capture = _Capture()
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    handlers = {name: _guarded(name, handler) for name, handler in capture.handlers.items()}
+    handlers = _handlers(servicer)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
+
+
+def method_handlers(
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers ``add_service`` registers, by full method path (``/<service>/<rpc>``)."""
+    return {f"/{SERVICE}/{name}": handler for name, handler in _handlers(servicer).items()}
+
+
+def _handlers(
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
+) -> dict[str, grpc.RpcMethodHandler]:
+    capture = _Capture()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
+    return {name: _guarded(name, handler) for name, handler in capture.handlers.items()}
 
 
 def _guarded(name: str, handler: Any) -> Any:
@@ -95,4 +108,4 @@ def _answering_unparsable(behavior: Callable[..., Any]) -> Callable[..., Any]:
     return answer
 
 
-__all__ = ["UNPARSABLE_MESSAGE", "add_service"]
+__all__ = ["UNPARSABLE_MESSAGE", "add_service", "method_handlers"]

@@ -1,0 +1,899 @@
+// The native gRPC front end's transport: gRPC's C++ server (the library Triton's own front end
+// is built on), with every RPC handled as raw bytes by Python.
+//
+// Why: grpcio's Python server (grpc.aio) spends 300-770 us of CPU per call on this machine,
+// more than the whole HTTP path (benchmarks/README.md, "grpc_cpu.py"). Here gRPC's own threads
+// do HTTP/2, and Python sees one event per call: the method, its metadata and its message.
+//
+// How the two sides meet (workbench/server/grpc/native.py is the Python side):
+// - One AsyncGenericService takes every RPC, and one thread of ours runs the completion queue
+//   (it polls the sockets and reacts to every completed operation). A unary method's message
+//   is read before Python hears of the call, so a unary call is one CALL event; a streaming
+//   call is announced at once and its messages follow as MESSAGE events, then HALF_CLOSE.
+// - Events wait in one queue under a mutex; an eventfd wakes the event loop when the queue
+//   stops being empty, and the loop takes the whole queue at once (`drain`). No thread of
+//   gRPC's or ours ever takes the GIL (see `HeldBuffer`).
+// - Python's answers (`write`: a stream's response; `finish`: the status, with a unary call's
+//   reply) go to a sender thread of ours, which starts the gRPC operations under the call's
+//   lock. Measured alternatives: starting them on the event loop's thread cost it ~70 us per
+//   reply at concurrency 1 and ~120 us at 8 (the event loop's thread is what limits
+//   throughput); waking the queue's thread with an alarm cost the loop ~25 us for the alarm
+//   alone. A call's writes go out one at a time, in order; a finish waits for them. A
+//   cancelled call is finished here, so a call always ends, whatever Python does.
+// - A unary request to the `share_method` of `share_from` bytes or more is copied, slice by
+//   slice (each freed once copied), into an anonymous memfd that Python maps and a Python
+//   model's stub can map too (workbench/shared_buffers.py): one copy of the tensor in memory.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace {
+
+enum Kind { CALL = 0, MESSAGE = 1, HALF_CLOSE = 2, WRITE_DONE = 3, CANCEL = 4, DONE = 5 };
+
+// Below this a reply is copied into gRPC's slice; from it the slice lends the Python object.
+constexpr size_t kLendFrom = 64 * 1024;
+
+struct Event {
+  Event(int kind, uint64_t id) : kind(kind), id(id) {}
+  int kind;
+  uint64_t id;
+  std::string method;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  bool has_message = false;
+  grpc::ByteBuffer message;
+  int shared_fd = -1;
+  size_t shared_size = 0;
+  bool ok = false;
+};
+
+class Call;
+struct HeldBuffer;
+
+// An answer from Python, for the sender thread to start.
+struct Command {
+  enum Kind { WRITE, FINISH, COMPRESS };
+  Command(Kind kind, uint64_t id) : kind(kind), id(id) {}
+  Kind kind;
+  uint64_t id;
+  grpc::Status status;
+  bool has_buffer = false;
+  grpc::ByteBuffer buffer;
+  grpc_compression_algorithm algorithm = GRPC_COMPRESS_NONE;
+  bool tell_done = true;
+};
+
+// What a completion-queue tag stands for.
+struct Tag {
+  enum Op { ACCEPT, READ, WRITE, FINISH, DONE } op;
+  Call* call;
+};
+
+// Copies `buffer` into a new memfd; -1 (and `buffer` untouched) where that fails.
+int CopyToMemfd(grpc::ByteBuffer* buffer, size_t size) {
+  int fd = memfd_create("workbench-grpc-body", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  void* map = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
+    map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  std::vector<grpc::Slice> slices;
+  if (map == MAP_FAILED || !buffer->Dump(&slices).ok()) {
+    if (map != MAP_FAILED) munmap(map, size);
+    close(fd);
+    return -1;
+  }
+  buffer->Clear();
+  char* at = static_cast<char*>(map);
+  for (auto& slice : slices) {
+    std::memcpy(at, slice.begin(), slice.size());
+    at += slice.size();
+    slice = grpc::Slice();  // gRPC's copy of this part can go now
+  }
+  munmap(map, size);
+  return fd;
+}
+
+// The server, its completion queue and the thread that runs it. Events go to Python through
+// a queue and an eventfd; Python's answers come back through another, to a sender thread.
+class Engine {
+ public:
+  Engine() : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~Engine() {  // with the GIL (the Python object's dealloc)
+    ReleaseHeldBuffers();
+    for (auto& event : events_) {
+      if (event.shared_fd >= 0) close(event.shared_fd);
+    }
+    if (efd_ >= 0) close(efd_);
+  }
+
+  int efd() const { return efd_; }
+  std::set<std::string> streaming;
+  std::string share_method;
+  size_t share_from = 0;
+
+  // Listens on `address` (the builder carries the channel arguments); the port, 0 if none.
+  int Start(grpc::ServerBuilder* builder, const std::string& address) {
+    int port = 0;
+    builder->AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    builder->RegisterAsyncGenericService(&service_);
+    cq_ = builder->AddCompletionQueue();
+    server_ = builder->BuildAndStart();
+    if (!server_ || port == 0) {
+      if (server_) server_->Shutdown();
+      cq_->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq_->Next(&tag, &ok)) {
+      }
+      server_.reset();
+      return 0;
+    }
+    Accept();
+    thread_ = std::thread([this] { Run(); });
+    sender_ = std::thread([this] { Send(); });
+    return port;
+  }
+
+  // Refuses new calls, cancels those left after `deadline`, and waits for the threads.
+  void Shutdown(std::chrono::system_clock::time_point deadline) {
+    if (!server_) return;
+    stopping_ = true;
+    server_->Shutdown(deadline);  // the sender still finishes the calls Python answers
+    {
+      std::lock_guard<std::mutex> lock(outbox_mu_);
+      sender_stop_ = true;
+    }
+    outbox_cv_.notify_one();
+    if (sender_.joinable()) sender_.join();
+    cq_->Shutdown();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+  }
+
+  // Python's thread: an answer for the sender thread (which is woken when it waits).
+  void Post(Command&& command) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(outbox_mu_);
+      outbox_.push_back(std::move(command));
+      wake = sender_waiting_;
+      sender_waiting_ = false;
+    }
+    if (wake) outbox_cv_.notify_one();
+  }
+
+  void Push(Event&& event) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(events_mu_);
+      wake = events_.empty();
+      events_.push_back(std::move(event));
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t written = write(efd_, &one, sizeof one);
+      (void)written;  // a full counter already wakes the loop
+    }
+  }
+
+  std::vector<Event> TakeEvents() {
+    uint64_t count;
+    ssize_t got = read(efd_, &count, sizeof count);
+    (void)got;  // EAGAIN: woken for events already taken
+    std::vector<Event> events;
+    std::lock_guard<std::mutex> lock(events_mu_);
+    events.swap(events_);
+    return events;
+  }
+
+  std::shared_ptr<Call> Find(uint64_t id) {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    auto found = calls_.find(id);
+    return found == calls_.end() ? nullptr : found->second;
+  }
+
+  void Register(uint64_t id, std::shared_ptr<Call> call) {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    calls_.emplace(id, std::move(call));
+  }
+
+  void Forget(uint64_t id) {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    calls_.erase(id);
+  }
+
+  bool stopping() const { return stopping_; }
+  void Accept();
+  void Released(HeldBuffer* held);
+  void ReleaseHeldBuffers();
+
+ private:
+  void Run();
+  void Send();
+
+  const int efd_;
+  grpc::AsyncGenericService service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  uint64_t next_id_ = 1;  // the completion-queue thread's (and Start's, before it runs)
+  std::mutex calls_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Call>> calls_;
+  std::mutex events_mu_;  // also guards `released_`
+  std::vector<Event> events_;
+  std::vector<HeldBuffer*> released_;
+  std::thread sender_;
+  std::mutex outbox_mu_;
+  std::condition_variable outbox_cv_;
+  std::vector<Command> outbox_;
+  bool sender_waiting_ = false;
+  bool sender_stop_ = false;
+};
+
+// One call. Its state is under `mu_`: the completion-queue thread reacts to its tags, the
+// sender thread writes and finishes it. gRPC never runs our code inside an operation we start (every
+// completion comes through the queue), so operations are started with `mu_` held.
+class Call {
+ public:
+  Call(Engine* engine, uint64_t id) : engine_(engine), id_(id), stream_(&context_) {}
+
+  // Waits for the next call; `self` keeps this alive until every tag of it is back.
+  void Request(std::shared_ptr<Call> self, grpc::AsyncGenericService* service,
+               grpc::ServerCompletionQueue* cq) {
+    self_ = std::move(self);
+    context_.AsyncNotifyWhenDone(&done_tag_);
+    service->RequestCall(&context_, &stream_, cq, cq, &accept_tag_);
+  }
+
+  // The completion-queue thread: one of this call's operations completed.
+  void Proceed(Tag::Op op, bool ok) {
+    std::shared_ptr<Call> over;  // let go (maybe the last owner) after the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      switch (op) {
+        case Tag::ACCEPT:
+          Accepted(ok);
+          if (!ok) over = std::move(self_);  // shutting down: never matched with a call
+          break;
+        case Tag::READ:
+          reading_ = false;
+          ReadDone(ok);
+          break;
+        case Tag::WRITE:
+          writing_ = false;
+          WriteDone(ok);
+          break;
+        case Tag::FINISH:
+          finish_pending_ = false;
+          finished_ = true;
+          break;
+        case Tag::DONE:
+          done_pending_ = false;
+          if (context_.IsCancelled()) {
+            engine_->Push(Event(CANCEL, id_));
+            EndLocked(grpc::Status::CANCELLED, nullptr);
+          }
+          break;
+      }
+      if (accepted_ && finished_ && !reading_ && !writing_ && !finish_pending_ &&
+          !done_pending_) {
+        if (tell_done_) engine_->Push(Event(DONE, id_));
+        engine_->Forget(id_);
+        over = std::move(self_);
+      }
+    }
+  }
+
+  // The sender thread: a stream's response, after those queued.
+  void Write(grpc::ByteBuffer* message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finishing_) return;
+    writes_.emplace_back();
+    writes_.back().Swap(message);
+    if (!writing_) WriteNext();
+  }
+
+  // The sender thread: ends the call with `status`, after `last` (a unary reply) and the writes
+  // still queued; DONE is sent when it is over unless `tell_done` is false.
+  void End(const grpc::Status& status, grpc::ByteBuffer* last, bool tell_done) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!tell_done) tell_done_ = false;
+    EndLocked(status, last);
+  }
+
+  void SetCompression(grpc_compression_algorithm algorithm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finishing_) context_.set_compression_algorithm(algorithm);
+  }
+
+ private:
+  void Accepted(bool ok) {
+    if (!ok) return;
+    accepted_ = true;
+    done_pending_ = true;
+    engine_->Register(id_, self_);
+    if (!engine_->stopping()) engine_->Accept();
+    streaming_ = engine_->streaming.count(context_.method()) > 0;
+    if (streaming_) engine_->Push(Announce());
+    StartRead();
+  }
+
+  void StartRead() {
+    reading_ = true;
+    stream_.Read(&read_, &read_tag_);
+  }
+
+  void ReadDone(bool ok) {
+    if (!streaming_) {
+      Event event = Announce();
+      if (ok) Take(&event);
+      engine_->Push(std::move(event));
+      return;
+    }
+    if (!ok) {
+      engine_->Push(Event(HALF_CLOSE, id_));
+      return;
+    }
+    Event event(MESSAGE, id_);
+    Take(&event);
+    engine_->Push(std::move(event));
+    if (!finishing_) StartRead();
+  }
+
+  void WriteNext() {
+    writing_ = true;
+    stream_.Write(writes_.front(), &write_tag_);
+  }
+
+  void WriteDone(bool ok) {
+    writes_.pop_front();
+    Event event(WRITE_DONE, id_);
+    event.ok = ok;
+    engine_->Push(std::move(event));
+    if (!writes_.empty() && ok) {
+      WriteNext();
+      return;
+    }
+    writes_.clear();  // after a failed write the rest cannot go either
+    if (finishing_ && !finish_pending_ && !finished_) FinishNow();
+  }
+
+  void EndLocked(const grpc::Status& status, grpc::ByteBuffer* last) {
+    if (finishing_) return;
+    finishing_ = true;
+    status_ = status;
+    if (last != nullptr && writes_.empty() && !writing_) {
+      writes_.emplace_back();
+      writes_.back().Swap(last);
+      finish_pending_ = true;
+      stream_.WriteAndFinish(writes_.front(), grpc::WriteOptions(), status, &finish_tag_);
+      return;
+    }
+    if (last != nullptr) {
+      writes_.emplace_back();
+      writes_.back().Swap(last);
+      if (!writing_) WriteNext();
+      return;  // finished after the last write
+    }
+    if (!writing_) FinishNow();
+  }
+
+  void FinishNow() {
+    finish_pending_ = true;
+    stream_.Finish(status_, &finish_tag_);
+  }
+
+  Event Announce() {
+    Event event(CALL, id_);
+    event.method = context_.method();
+    for (const auto& [key, value] : context_.client_metadata()) {
+      event.metadata.emplace_back(std::string(key.data(), key.size()),
+                                  std::string(value.data(), value.size()));
+    }
+    return event;
+  }
+
+  void Take(Event* event) {
+    event->has_message = true;
+    size_t size = read_.Length();
+    if (!streaming_ && engine_->share_from > 0 && size >= engine_->share_from &&
+        context_.method() == engine_->share_method) {
+      int fd = CopyToMemfd(&read_, size);
+      if (fd >= 0) {
+        event->shared_fd = fd;
+        event->shared_size = size;
+        return;
+      }
+    }
+    event->message.Swap(&read_);
+    read_.Clear();
+  }
+
+  Engine* engine_;
+  const uint64_t id_;
+  std::shared_ptr<Call> self_;
+  grpc::GenericServerContext context_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  Tag accept_tag_{Tag::ACCEPT, this};
+  Tag read_tag_{Tag::READ, this};
+  Tag write_tag_{Tag::WRITE, this};
+  Tag finish_tag_{Tag::FINISH, this};
+  Tag done_tag_{Tag::DONE, this};
+  std::mutex mu_;
+  grpc::ByteBuffer read_;
+  std::deque<grpc::ByteBuffer> writes_;  // the front one is being written
+  bool streaming_ = false;
+  bool accepted_ = false;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finish_pending_ = false;
+  bool finished_ = false;
+  bool done_pending_ = false;
+  bool tell_done_ = true;
+  grpc::Status status_;
+};
+
+void Engine::Accept() {
+  auto call = std::make_shared<Call>(this, next_id_++);
+  Call* raw = call.get();
+  raw->Request(std::move(call), &service_, cq_.get());
+}
+
+// The sender thread: starts the operations Python's answers ask for, off the event loop's
+// thread (a reply's send path costs ~60-120 us of CPU, more while the queue's thread is busy
+// with the same connection) and without a wake-up through the completion queue.
+// Our threads yield to the event loop's: a thread of SCHED_BATCH does not preempt the one
+// that woke it, so the loop is not descheduled in the middle of posting an answer (measured at
+// concurrency 8 on 2 cores: `finish` took 11 us of CPU but 44 us of wall time without it).
+void YieldToTheLoop() {
+  sched_param param{};
+  param.sched_priority = 0;
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+}
+
+void Engine::Send() {
+  YieldToTheLoop();
+  std::vector<Command> commands;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(outbox_mu_);
+      while (outbox_.empty() && !sender_stop_) {
+        sender_waiting_ = true;
+        outbox_cv_.wait(lock);
+      }
+      if (outbox_.empty()) return;  // stopping, and nothing left to send
+      commands.swap(outbox_);
+    }
+    for (Command& command : commands) {
+      std::shared_ptr<Call> call = Find(command.id);
+      if (!call) continue;  // over already (cancelled, say)
+      switch (command.kind) {
+        case Command::WRITE:
+          call->Write(&command.buffer);
+          break;
+        case Command::FINISH:
+          call->End(command.status, command.has_buffer ? &command.buffer : nullptr,
+                    command.tell_done);
+          break;
+        case Command::COMPRESS:
+          call->SetCompression(command.algorithm);
+          break;
+      }
+    }
+    commands.clear();  // lent buffers go back through `Released`
+  }
+}
+
+void Engine::Run() {
+  YieldToTheLoop();
+  void* raw;
+  bool ok;
+  while (cq_->Next(&raw, &ok)) {
+    auto* tag = static_cast<Tag*>(raw);
+    tag->call->Proceed(tag->op, ok);
+  }
+}
+
+// A reply's bytes lent to gRPC without a copy. gRPC lets go of them on any thread, where the
+// GIL may not be taken (the queue's thread must never wait for it): the engine keeps them
+// until Python's next `drain`, which releases them.
+struct HeldBuffer {
+  Py_buffer view;
+  Engine* engine;
+};
+
+void ReleaseHeld(void* data) {
+  auto* held = static_cast<HeldBuffer*>(data);
+  held->engine->Released(held);
+}
+
+void Engine::Released(HeldBuffer* held) {
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    released_.push_back(held);
+  }
+  uint64_t one = 1;
+  ssize_t written = write(efd_, &one, sizeof one);
+  (void)written;
+}
+
+// With the GIL: lets go of the lent buffers gRPC is done with.
+void Engine::ReleaseHeldBuffers() {
+  std::vector<HeldBuffer*> released;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    released.swap(released_);
+  }
+  for (HeldBuffer* held : released) {
+    PyBuffer_Release(&held->view);
+    delete held;
+  }
+}
+
+// `object`'s bytes as a ByteBuffer: copied when small, lent when large. False: not a buffer.
+bool ToByteBuffer(Engine* engine, PyObject* object, grpc::ByteBuffer* out) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(object, &view, PyBUF_SIMPLE) != 0) return false;
+  size_t size = static_cast<size_t>(view.len);
+  if (size < kLendFrom) {
+    grpc::Slice slice(view.buf, size);
+    PyBuffer_Release(&view);
+    grpc::ByteBuffer buffer(&slice, 1);
+    out->Swap(&buffer);
+    return true;
+  }
+  auto* held = new HeldBuffer{view, engine};
+  grpc::Slice slice(view.buf, size, ReleaseHeld, held);
+  grpc::ByteBuffer buffer(&slice, 1);
+  out->Swap(&buffer);
+  return true;
+}
+
+PyObject* MessageBytes(grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer->Dump(&slices).ok()) return PyBytes_FromStringAndSize(nullptr, 0);
+  size_t size = 0;
+  for (const auto& slice : slices) size += slice.size();
+  if (slices.size() == 1) {
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(slices[0].begin()),
+                                     static_cast<Py_ssize_t>(size));
+  }
+  PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+  if (bytes == nullptr) return nullptr;
+  char* at = PyBytes_AS_STRING(bytes);
+  for (const auto& slice : slices) {
+    std::memcpy(at, slice.begin(), slice.size());
+    at += slice.size();
+  }
+  return bytes;
+}
+
+PyObject* MetadataTuple(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(pairs.size()));
+  if (tuple == nullptr) return nullptr;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [key, value] = pairs[i];
+    bool binary = key.size() >= 4 && key.compare(key.size() - 4, 4, "-bin") == 0;
+    PyObject* item = binary
+                         ? Py_BuildValue("(s#y#)", key.data(), (Py_ssize_t)key.size(),
+                                         value.data(), (Py_ssize_t)value.size())
+                         : Py_BuildValue("(s#s#)", key.data(), (Py_ssize_t)key.size(),
+                                         value.data(), (Py_ssize_t)value.size());
+    if (item == nullptr) {
+      PyErr_Clear();  // metadata that is not UTF-8 text: passed as bytes
+      item = Py_BuildValue("(s#y#)", key.data(), (Py_ssize_t)key.size(), value.data(),
+                           (Py_ssize_t)value.size());
+      if (item == nullptr) {
+        Py_DECREF(tuple);
+        return nullptr;
+      }
+    }
+    PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), item);
+  }
+  return tuple;
+}
+
+PyObject* EventTuple(Event* event) {
+  unsigned long long id = event->id;
+  switch (event->kind) {
+    case CALL: {
+      PyObject* metadata = MetadataTuple(event->metadata);
+      if (metadata == nullptr) return nullptr;
+      PyObject* message;
+      if (event->shared_fd >= 0) {
+        message = Py_BuildValue("(in)", event->shared_fd, (Py_ssize_t)event->shared_size);
+        event->shared_fd = -1;  // Python owns it now
+      } else if (event->has_message) {
+        message = MessageBytes(&event->message);
+      } else {
+        message = Py_NewRef(Py_None);
+      }
+      if (message == nullptr) {
+        Py_DECREF(metadata);
+        return nullptr;
+      }
+      return Py_BuildValue("(iKs#NN)", CALL, id, event->method.data(),
+                           (Py_ssize_t)event->method.size(), metadata, message);
+    }
+    case MESSAGE: {
+      PyObject* message = MessageBytes(&event->message);
+      if (message == nullptr) return nullptr;
+      return Py_BuildValue("(iKN)", MESSAGE, id, message);
+    }
+    case WRITE_DONE:
+      return Py_BuildValue("(iKO)", WRITE_DONE, id, event->ok ? Py_True : Py_False);
+    default:
+      return Py_BuildValue("(iK)", event->kind, id);
+  }
+}
+
+// -- the Python type -----------------------------------------------------------------------
+
+struct ServerObject {
+  PyObject_HEAD
+  Engine* engine;
+  bool started;
+};
+
+int Server_init(ServerObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* names[] = {"streaming", "share_method", "share_from", nullptr};
+  PyObject* streaming = nullptr;
+  const char* share_method = "";
+  Py_ssize_t share_from = 0;
+  if (self->engine != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "the server is initialised already");
+    return -1;
+  }
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Osn", const_cast<char**>(names), &streaming,
+                                   &share_method, &share_from)) {
+    return -1;
+  }
+  auto engine = std::make_unique<Engine>();
+  if (engine->efd() < 0) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
+  }
+  if (streaming != nullptr) {
+    PyObject* iterator = PyObject_GetIter(streaming);
+    if (iterator == nullptr) return -1;
+    while (PyObject* item = PyIter_Next(iterator)) {
+      const char* text = PyUnicode_AsUTF8(item);
+      if (text != nullptr) engine->streaming.insert(text);
+      Py_DECREF(item);
+      if (text == nullptr) break;
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) return -1;
+  }
+  engine->share_method = share_method;
+  engine->share_from = share_from > 0 ? static_cast<size_t>(share_from) : 0;
+  self->engine = engine.release();
+  return 0;
+}
+
+void Server_dealloc(ServerObject* self) {
+  if (self->engine != nullptr) {
+    Py_BEGIN_ALLOW_THREADS;
+    self->engine->Shutdown(std::chrono::system_clock::now());
+    Py_END_ALLOW_THREADS;
+    delete self->engine;
+  }
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+bool Ready(ServerObject* self) {
+  if (self->engine == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "the server was not initialised");
+    return false;
+  }
+  return true;
+}
+
+// The channel arguments [(name, int | str)] onto `builder`; false (with an error) if not.
+bool AddArguments(grpc::ServerBuilder* builder, PyObject* options) {
+  PyObject* iterator = PyObject_GetIter(options);
+  if (iterator == nullptr) return false;
+  while (PyObject* item = PyIter_Next(iterator)) {
+    const char* name;
+    PyObject* value;
+    bool parsed = PyArg_ParseTuple(item, "sO", &name, &value);
+    if (parsed && PyLong_Check(value)) {
+      long number = PyLong_AsLong(value);
+      if (number == -1 && PyErr_Occurred()) parsed = false;
+      else builder->AddChannelArgument(name, static_cast<int>(number));
+    } else if (parsed && PyUnicode_Check(value)) {
+      const char* text = PyUnicode_AsUTF8(value);
+      if (text == nullptr) parsed = false;
+      else builder->AddChannelArgument(name, std::string(text));
+    } else if (parsed) {
+      PyErr_Format(PyExc_TypeError, "channel argument %s: expected int or str", name);
+      parsed = false;
+    }
+    Py_DECREF(item);
+    if (!parsed) {
+      Py_DECREF(iterator);
+      return false;
+    }
+  }
+  Py_DECREF(iterator);
+  return !PyErr_Occurred();
+}
+
+// start(address, options: [(name, int | str)]) -> the bound port (0: it could not bind)
+PyObject* Server_start(ServerObject* self, PyObject* args) {
+  const char* address;
+  PyObject* options;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "sO", &address, &options)) return nullptr;
+  if (self->started) {
+    PyErr_SetString(PyExc_RuntimeError, "a server starts once");
+    return nullptr;
+  }
+  grpc::ServerBuilder builder;
+  if (!AddArguments(&builder, options)) return nullptr;
+  self->started = true;
+  int port;
+  std::string target(address);
+  Py_BEGIN_ALLOW_THREADS;
+  port = self->engine->Start(&builder, target);
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromLong(port);
+}
+
+// shutdown(grace_s): refuse new calls, cancel those still running after grace_s, wait for all.
+PyObject* Server_shutdown(ServerObject* self, PyObject* args) {
+  double grace = 0;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "d", &grace)) return nullptr;
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
+  Py_BEGIN_ALLOW_THREADS;
+  self->engine->Shutdown(deadline);
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
+PyObject* Server_fileno(ServerObject* self, PyObject*) {
+  if (!Ready(self)) return nullptr;
+  return PyLong_FromLong(self->engine->efd());
+}
+
+// drain() -> [event tuple, ...]: every event waiting, oldest first.
+PyObject* Server_drain(ServerObject* self, PyObject*) {
+  if (!Ready(self)) return nullptr;
+  self->engine->ReleaseHeldBuffers();
+  std::vector<Event> events = self->engine->TakeEvents();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(events.size()));
+  if (list == nullptr) return nullptr;
+  for (size_t i = 0; i < events.size(); ++i) {
+    PyObject* item = EventTuple(&events[i]);
+    if (item == nullptr) {
+      for (size_t j = i; j < events.size(); ++j) {
+        if (events[j].shared_fd >= 0) close(events[j].shared_fd);
+      }
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+  }
+  return list;
+}
+
+// write(id, data): a stream's response (WRITE_DONE tells when it is written)
+PyObject* Server_write(ServerObject* self, PyObject* args) {
+  unsigned long long id;
+  PyObject* data;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "KO", &id, &data)) return nullptr;
+  Command command(Command::WRITE, id);
+  if (!ToByteBuffer(self->engine, data, &command.buffer)) return nullptr;
+  self->engine->Post(std::move(command));
+  Py_RETURN_NONE;
+}
+
+// finish(id, code, details, data=None, tell_done=True): end the call (after `data`, a unary
+// reply); DONE is sent when it is over unless `tell_done` is false
+PyObject* Server_finish(ServerObject* self, PyObject* args) {
+  unsigned long long id;
+  int code;
+  const char* details;
+  Py_ssize_t details_size;
+  PyObject* data = Py_None;
+  int tell_done = 1;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "Kis#|Op", &id, &code, &details, &details_size,
+                                        &data, &tell_done)) {
+    return nullptr;
+  }
+  Command command(Command::FINISH, id);
+  if (data != Py_None) {
+    if (!ToByteBuffer(self->engine, data, &command.buffer)) return nullptr;
+    command.has_buffer = true;
+  }
+  command.status =
+      grpc::Status(static_cast<grpc::StatusCode>(code), std::string(details, details_size));
+  command.tell_done = tell_done != 0;
+  self->engine->Post(std::move(command));
+  Py_RETURN_NONE;
+}
+
+// set_compression(id, algorithm): gRPC core's compression algorithm for the call's replies
+PyObject* Server_set_compression(ServerObject* self, PyObject* args) {
+  unsigned long long id;
+  int algorithm;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "Ki", &id, &algorithm)) return nullptr;
+  if (algorithm < 0 || algorithm >= GRPC_COMPRESS_ALGORITHMS_COUNT) {
+    PyErr_Format(PyExc_ValueError, "unknown compression algorithm %d", algorithm);
+    return nullptr;
+  }
+  Command command(Command::COMPRESS, id);
+  command.algorithm = static_cast<grpc_compression_algorithm>(algorithm);
+  self->engine->Post(std::move(command));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kServerMethods[] = {
+    {"start", reinterpret_cast<PyCFunction>(Server_start), METH_VARARGS, nullptr},
+    {"shutdown", reinterpret_cast<PyCFunction>(Server_shutdown), METH_VARARGS, nullptr},
+    {"fileno", reinterpret_cast<PyCFunction>(Server_fileno), METH_NOARGS, nullptr},
+    {"drain", reinterpret_cast<PyCFunction>(Server_drain), METH_NOARGS, nullptr},
+    {"write", reinterpret_cast<PyCFunction>(Server_write), METH_VARARGS, nullptr},
+    {"finish", reinterpret_cast<PyCFunction>(Server_finish), METH_VARARGS, nullptr},
+    {"set_compression", reinterpret_cast<PyCFunction>(Server_set_compression), METH_VARARGS,
+     nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject kServerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native",
+                       "gRPC's C++ server, every RPC handed to Python as raw bytes.", -1};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native(void) {
+  kServerType.tp_name = "workbench.server.grpc._native.Server";
+  kServerType.tp_basicsize = sizeof(ServerObject);
+  kServerType.tp_flags = Py_TPFLAGS_DEFAULT;
+  kServerType.tp_new = PyType_GenericNew;
+  kServerType.tp_init = reinterpret_cast<initproc>(Server_init);
+  kServerType.tp_dealloc = reinterpret_cast<destructor>(Server_dealloc);
+  kServerType.tp_methods = kServerMethods;
+  if (PyType_Ready(&kServerType) < 0) return nullptr;
+  PyObject* module = PyModule_Create(&kModule);
+  if (module == nullptr) return nullptr;
+  Py_INCREF(&kServerType);
+  if (PyModule_AddObject(module, "Server", reinterpret_cast<PyObject*>(&kServerType)) < 0) {
+    Py_DECREF(&kServerType);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  PyModule_AddIntConstant(module, "CALL", CALL);
+  PyModule_AddIntConstant(module, "MESSAGE", MESSAGE);
+  PyModule_AddIntConstant(module, "HALF_CLOSE", HALF_CLOSE);
+  PyModule_AddIntConstant(module, "WRITE_DONE", WRITE_DONE);
+  PyModule_AddIntConstant(module, "CANCEL", CANCEL);
+  PyModule_AddIntConstant(module, "DONE", DONE);
+  return module;
+}

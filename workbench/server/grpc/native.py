@@ -1,0 +1,306 @@
+"""The native gRPC front end: gRPC's C++ server carries the calls, our servicer answers them.
+
+grpcio's Python server spends 300-770 µs of CPU on every call here, more than our whole HTTP
+path (``benchmarks/README.md``, ``grpc_cpu.py``), so over gRPC the server was half as fast as
+Triton. ``_native`` (``_native.cpp``, built where gRPC's C++ library is, see ``setup.py``) runs
+gRPC's C++ server, the library Triton's own front end uses, on its own threads and hands each
+call to the event loop as one event with the method, its metadata and its message's bytes.
+
+This module turns those events into calls of the same servicer grpc.aio serves
+(``service.InferenceService``, through the same handlers as ``unparsable.add_service``
+registers): a ``NativeCall`` is the handler's ``context`` (the part of
+``grpc.aio.ServicerContext`` the service uses: ``abort``, ``write``, ``invocation_metadata``,
+``add_done_callback``, ``set_compression``), and a stream's requests are an async iterator fed
+by the call's messages. Restricted protocols are refused here, before the handler, as the
+grpc.aio interceptor refuses them.
+
+A ``ModelInfer`` request of ``shared_buffers.SHARED_BYTES`` or more arrives in a memfd (copied
+there by gRPC's thread, each of gRPC's buffers freed as it is copied), which a Python model's
+stub maps instead of receiving a copy: one copy of the tensor in the server (issue #12). A
+reply of 64 KiB or more is lent to gRPC, not copied into it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from workbench import shared_buffers
+from workbench.server.grpc.restriction import RestrictedMethods
+from workbench.server.grpc.unparsable import UNPARSABLE_MESSAGE
+from workbench.server.restricted import Restrictions
+
+try:
+    from workbench.server.grpc import _native
+except ImportError:  # not built: no gRPC C++ library where the package was installed
+    _native = None  # type: ignore[assignment]
+
+log = logging.getLogger("workbench.server.grpc")
+
+_SERVICE = "/inference.GRPCInferenceService/"
+_STREAMING = (_SERVICE + "ModelStreamInfer",)
+#: requests that may arrive in a shared buffer: those whose tensors a stub can map
+_SHARED_METHOD = _SERVICE + "ModelInfer"
+#: a stream's writes queued in gRPC before ``write`` waits for them (grpc.aio waits for each)
+WRITE_AHEAD = 16
+_OK = grpc.StatusCode.OK.value[0]
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_END = object()
+
+
+def available() -> bool:
+    """Whether the native front end was built into this installation."""
+    return _native is not None
+
+
+class NativeCall:
+    """One call: the ``context`` its handler gets, and a stream's incoming requests."""
+
+    __slots__ = (
+        "id",
+        "method",
+        "task",
+        "code",
+        "details",
+        "cancelled",
+        "_server",
+        "_metadata",
+        "_handler",
+        "_done_callbacks",
+        "_inbox",
+        "_drained",
+        "_unwritten",
+    )
+
+    def __init__(
+        self, server: NativeServer, call_id: int, method: str, metadata: tuple[Any, ...]
+    ) -> None:
+        self.id = call_id
+        self.method = method
+        self.task: asyncio.Task[None] | None = None
+        #: the status ``abort`` set (an int code) and its message
+        self.code = _OK
+        self.details = ""
+        self.cancelled = False
+        self._server = server
+        self._metadata = metadata
+        self._handler: Any = None
+        self._done_callbacks: list[Callable[[Any], None]] | None = None
+        self._inbox: asyncio.Queue[Any] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        #: responses written but not yet reported sent
+        self._unwritten = 0
+
+    # -- the part of grpc.aio.ServicerContext the service uses -------------------------------
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._metadata
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
+    ) -> NoReturn:
+        """End the call with ``code``: raises ``grpc.aio.AbortError``, as grpc.aio does."""
+        self.code, self.details = code.value[0], details
+        raise grpc.aio.AbortError()
+
+    def set_compression(self, compression: grpc.Compression) -> None:
+        self._server.native.set_compression(self.id, int(compression.value))
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        if self._done_callbacks is None:
+            self._done_callbacks = []
+        self._done_callbacks.append(callback)
+
+    async def write(self, message: Any) -> None:
+        """Send one response of a stream; waits while ``WRITE_AHEAD`` are still unwritten."""
+        self._server.native.write(self.id, self._handler.response_serializer(message))
+        self._unwritten += 1
+        if self._unwritten > WRITE_AHEAD and not self.cancelled:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    # -- fed by the server ------------------------------------------------------------------
+    async def requests(self) -> AsyncIterator[Any]:
+        """The stream's requests as the client sends them, until it is done sending."""
+        assert self._inbox is not None
+        while (data := await self._inbox.get()) is not _END:
+            try:
+                request = self._handler.request_deserializer(data)
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError and the like
+                # The handler's reader cannot end the call: it is ended from outside.
+                self.code, self.details = _INTERNAL, UNPARSABLE_MESSAGE
+                if self.task is not None:
+                    self.task.cancel()
+                return
+            yield request
+
+    def react(self, event: tuple[Any, ...]) -> None:
+        """One event of this call's (its beginning aside)."""
+        kind = event[0]
+        if kind == _native.MESSAGE:
+            if self._inbox is not None:
+                self._inbox.put_nowait(event[2])
+        elif kind == _native.HALF_CLOSE:
+            if self._inbox is not None:
+                self._inbox.put_nowait(_END)
+        elif kind == _native.WRITE_DONE:
+            self._write_done()
+        elif kind == _native.CANCEL:
+            self.cancelled = True
+            if self.task is not None:
+                self.task.cancel()
+        elif kind == _native.DONE:
+            self._done()
+
+    def _write_done(self) -> None:
+        self._unwritten -= 1
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def _done(self) -> None:
+        self._wake_writer()  # a writer still waiting: the call is over
+        for callback in self._done_callbacks or ():
+            try:
+                callback(self)
+            except Exception:  # noqa: BLE001 - one callback's failure ends nothing else
+                log.exception("a gRPC call's done callback failed")
+
+
+class NativeServer:
+    """gRPC's C++ server, its calls served by ``handlers`` on the running event loop."""
+
+    def __init__(
+        self, handlers: dict[str, grpc.RpcMethodHandler], restrictions: Restrictions
+    ) -> None:
+        if _native is None:
+            raise RuntimeError("the native gRPC front end is not built in this installation")
+        self.handlers = handlers
+        self.restricted = RestrictedMethods(restrictions)
+        share_from = shared_buffers.SHARED_BYTES if shared_buffers.available() else 0
+        self.native = _native.Server(
+            streaming=_STREAMING, share_method=_SHARED_METHOD, share_from=share_from
+        )
+        self.calls: dict[int, NativeCall] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, target: str, channel_arguments: list[tuple[str, int | str]]) -> int:
+        """Listen on ``target``; the bound port (0: it could not listen there). Call on the
+        loop that is to serve the calls."""
+        port = int(self.native.start(target, channel_arguments))
+        if port:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self.native.fileno(), self._drain)
+        return port
+
+    async def stop(self, grace_s: float | None) -> None:
+        """Refuse new calls; those running get ``grace_s`` to finish, then are cancelled."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            await asyncio.to_thread(self.native.shutdown, grace_s or 0.0)
+        finally:
+            loop.remove_reader(self.native.fileno())
+            self._drain()  # the last calls' done events
+
+    def _drain(self) -> None:
+        for event in self.native.drain():
+            if event[0] == _native.CALL:
+                self._begin(*event[1:])
+                continue
+            call = self.calls.get(event[1])
+            if call is not None:
+                call.react(event)
+            if event[0] == _native.DONE:
+                self.calls.pop(event[1], None)
+
+    def _begin(self, call_id: int, method: str, metadata: tuple[Any, ...], message: Any) -> None:
+        call = NativeCall(self, call_id, method, metadata)
+        self.calls[call_id] = call
+        handler = self.handlers.get(method)
+        if handler is None:
+            self._close_unserved(call_id, message)
+            self.native.finish(call_id, _UNIMPLEMENTED, "")  # gRPC C++'s answer
+            return
+        refusal = self.restricted.refusal(method, metadata)
+        if refusal is not None:
+            self._close_unserved(call_id, message)
+            self.native.finish(call_id, _UNAVAILABLE, refusal)
+            return
+        call._handler = handler
+        if handler.unary_unary is not None:
+            if isinstance(message, tuple):  # (descriptor, size): a shared buffer
+                message = shared_buffers.adopt(*message)
+            serving = self._unary(call, handler, message)
+        else:
+            call._inbox = asyncio.Queue()
+            serving = self._stream(call, handler)
+        call.task = asyncio.ensure_future(serving)
+
+    @staticmethod
+    def _close_unserved(call_id: int, message: Any) -> None:
+        if isinstance(message, tuple):
+            os.close(message[0])
+
+    async def _unary(self, call: NativeCall, handler: Any, message: Any) -> None:
+        code, details, reply = _OK, "", None
+        try:
+            if message is None:  # the client sent no request message
+                code, details = _INTERNAL, UNPARSABLE_MESSAGE
+            else:
+                request = handler.request_deserializer(message)
+                del message  # a large request's buffer goes with its last view
+                reply = handler.response_serializer(await handler.unary_unary(request, call))
+        except grpc.aio.AbortError:
+            code, details = call.code, call.details
+        except asyncio.CancelledError:
+            code, details = _cancelled(call)
+        except Exception as exc:  # noqa: BLE001 - a bug ends this call, not the server
+            log.exception("unexpected error while serving a gRPC call", exc_info=exc)
+            code, details = _UNKNOWN, f"Unexpected {type(exc)}: {exc}"
+        self._finish(call, code, details, reply)
+
+    def _finish(self, call: NativeCall, code: int, details: str, reply: Any = None) -> None:
+        """End ``call``; DONE comes back only for done callbacks (a traced call's) or a stream:
+        else the call is forgotten now."""
+        tell_done = call._done_callbacks is not None or call._inbox is not None
+        if not tell_done:
+            self.calls.pop(call.id, None)
+        try:
+            self.native.finish(call.id, code, details, reply, tell_done)
+        except Exception as exc:  # noqa: BLE001 - a reply that is not bytes: a bug of ours
+            log.exception("a gRPC reply could not be sent", exc_info=exc)
+            self.native.finish(call.id, _INTERNAL, f"the reply could not be sent: {exc}")
+
+    async def _stream(self, call: NativeCall, handler: Any) -> None:
+        code, details = _OK, ""
+        try:
+            await handler.stream_stream(call.requests(), call)
+        except grpc.aio.AbortError:
+            code, details = call.code, call.details
+        except asyncio.CancelledError:
+            code, details = _cancelled(call)
+        except Exception as exc:  # noqa: BLE001 - a bug ends this call, not the server
+            log.exception("unexpected error while serving a gRPC stream", exc_info=exc)
+            code, details = _UNKNOWN, f"Unexpected {type(exc)}: {exc}"
+        self._finish(call, code, details)
+
+
+def _cancelled(call: NativeCall) -> tuple[int, str]:
+    """The status of a call whose handler was cancelled: the one set before cancelling it, or
+    CANCELLED (the client's cancel or deadline, whose status gRPC has already sent)."""
+    return (call.code, call.details) if call.code != _OK else (_CANCELLED, "Cancelled")
+
+
+__all__ = ["WRITE_AHEAD", "NativeCall", "NativeServer", "available"]
