@@ -56,7 +56,15 @@ from tests.integration.peers import (  # noqa: E402
 SOURCE_REPOSITORY = REPO_ROOT / "tests" / "assets" / "conformance_repo"
 MODEL = "add_one"
 IN_PROCESS = f"{WORKBENCH} (in-process)"
-_LABELS = {"triton": TRITON, "workbench": WORKBENCH, "workbench-in-process": IN_PROCESS}
+GRPCIO = f"{WORKBENCH} (grpcio)"
+_LABELS = {
+    "triton": TRITON,
+    "workbench": WORKBENCH,
+    "workbench-in-process": IN_PROCESS,
+    "workbench-grpcio": GRPCIO,
+}
+#: extra ``workbench serve`` flags per server choice
+_FLAGS = {"workbench-grpcio": ("--grpc-implementation", "grpcio")}
 _IN_PROCESS_KEY = 'parameters { key: "WORKBENCH_IN_PROCESS" value: { string_value: "true" } }\n'
 
 
@@ -94,10 +102,12 @@ def run_triton(run: Run, repository: Path, logs: Path) -> Series:
     return series
 
 
-def run_workbench(run: Run, repository: Path, log_path: Path, label: str) -> Series:
+def run_workbench(
+    run: Run, repository: Path, log_path: Path, label: str, flags: Sequence[str] = ()
+) -> Series:
     """The embedded workbench server, as a separate process."""
     series = Series(label, MODEL)
-    with workbench_server(repository, log_path, (MODEL,)) as server:
+    with workbench_server(repository, log_path, (MODEL,), extra_args=flags) as server:
         series.startup_s = server.startup_s
         run.measure(series, server)
     return series
@@ -123,7 +133,7 @@ def _ratio_rows(results: Sequence[Series], concurrencies: Sequence[int]) -> list
     if TRITON not in by_name:
         return []
     rows = []
-    for label in (WORKBENCH, IN_PROCESS):
+    for label in (WORKBENCH, IN_PROCESS, GRPCIO):
         if label not in by_name:
             continue
         row = [f"ratio {label} / Triton"]
@@ -159,7 +169,8 @@ def run_server(name: str, run: Run, workdir: Path) -> Series:
         if name == "workbench-in-process":
             with (repository / MODEL / "config.pbtxt").open("a") as config:
                 config.write(_IN_PROCESS_KEY)
-        return run_workbench(run, repository, workdir / f"{name}.log", _LABELS[name])
+        log_path = workdir / f"{name}.log"
+        return run_workbench(run, repository, log_path, _LABELS[name], _FLAGS.get(name, ()))
     except RuntimeError as error:  # TritonStartError is a RuntimeError too
         print(f"{name}: failed to start: {str(error).splitlines()[0]}", flush=True)
         return Series(_LABELS[name], MODEL, error=str(error))

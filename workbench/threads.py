@@ -15,7 +15,8 @@ BLS calls a stub makes                 ``worker_pool(name, n)`` per instance    
 repository reads and writes            ``Work.FILES``                              4
   (snapshots, configs, refresh)
 closing model instances                ``Work.CLOSE``                              8
-  (``finalize``, a stub's exit)
+  (``finalize``, a stub's exit; the
+  native gRPC server's stop)
 metrics sampling (GPU, processes)      ``Work.SAMPLE``                             1
 child servers (start, wait, stop)      ``Work.PROCESS``                            4
 sweeps run for Jupyter's handlers      ``Work.SWEEP``                              2
@@ -26,6 +27,9 @@ long-lived service threads             ``start(name, target)``: one each, daemon
   shared-memory release, metric flush,
   a sweep's loop)
 =====================================  ==========================================  ==========
+
+Not Python threads, so not made here: those of gRPC's C++ core under the native gRPC front
+end (``server/grpc/_native.cpp``: its completion-queue and sender threads, and gRPC's own).
 
 The shared pools (``Work``) are made on first use, one per kind per process, so several
 servers in one process share them; their threads are named ``workbench-<kind>_<n>``.

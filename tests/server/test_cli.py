@@ -397,3 +397,29 @@ def test_version_and_help_show_what_a_new_user_needs(capsys: pytest.CaptureFixtu
         "(default: none)",
     ):
         assert default in text, default
+
+
+def test_grpc_implementation_flag_and_keyword(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["serve", f"--model-repository={tmp_path}"])
+    options = server_from_args(args).options.grpc
+    assert options is not None and options.implementation == "auto"
+    flag = "--grpc-implementation=grpcio"
+    args = build_parser().parse_args(["serve", f"--model-repository={tmp_path}", flag])
+    options = server_from_args(args).options.grpc
+    assert options is not None and options.implementation == "grpcio"
+    keyword = Server(tmp_path, grpc_implementation="native").options.grpc
+    assert keyword is not None and keyword.implementation == "native"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(
+            ["serve", f"--model-repository={tmp_path}", "--grpc-implementation=x"]
+        )
+
+
+def test_serve_logs_which_grpc_server_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="workbench.server")
+    with Server(tmp_path, http_port=0, grpc_port=0, metrics_port=0, grpc_implementation="grpcio"):
+        pass
+    started = [r.getMessage() for r in caplog.records if "GRPCInferenceService" in r.getMessage()]
+    assert started and started[0].endswith("(grpcio)"), started

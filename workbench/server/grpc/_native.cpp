@@ -20,9 +20,9 @@
 //   throughput); waking the queue's thread with an alarm cost the loop ~25 us for the alarm
 //   alone. A call's writes go out one at a time, in order; a finish waits for them. A
 //   cancelled call is finished here, so a call always ends, whatever Python does.
-// - A unary request to the `share_method` of `share_from` bytes or more is copied, slice by
-//   slice (each freed once copied), into an anonymous memfd that Python maps and a Python
-//   model's stub can map too (workbench/shared_buffers.py): one copy of the tensor in memory.
+// - A unary request to the `share_method` of `share_from` bytes or more is copied by the
+//   queue's thread into an anonymous memfd, which Python maps and a Python model's stub can
+//   map too (workbench/shared_buffers.py): from then on, one copy of the tensor in memory.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -110,7 +110,7 @@ int CopyToMemfd(grpc::ByteBuffer* buffer, size_t size) {
   for (auto& slice : slices) {
     std::memcpy(at, slice.begin(), slice.size());
     at += slice.size();
-    slice = grpc::Slice();  // gRPC's copy of this part can go now
+    slice = grpc::Slice();  // our reference goes (gRPC's buffers go with the last one)
   }
   munmap(map, size);
   return fd;
@@ -227,6 +227,8 @@ class Engine {
 
   bool stopping() const { return stopping_; }
   void Accept();
+  // Starts what `command` asks (on the sender thread, or the caller's).
+  void Run(Command* command);
   void Released(HeldBuffer* held);
   void ReleaseHeldBuffers();
 
@@ -489,23 +491,25 @@ void Engine::Send() {
       if (outbox_.empty()) return;  // stopping, and nothing left to send
       commands.swap(outbox_);
     }
-    for (Command& command : commands) {
-      std::shared_ptr<Call> call = Find(command.id);
-      if (!call) continue;  // over already (cancelled, say)
-      switch (command.kind) {
-        case Command::WRITE:
-          call->Write(&command.buffer);
-          break;
-        case Command::FINISH:
-          call->End(command.status, command.has_buffer ? &command.buffer : nullptr,
-                    command.tell_done);
-          break;
-        case Command::COMPRESS:
-          call->SetCompression(command.algorithm);
-          break;
-      }
-    }
+    for (Command& command : commands) Run(&command);
     commands.clear();  // lent buffers go back through `Released`
+  }
+}
+
+void Engine::Run(Command* command) {
+  std::shared_ptr<Call> call = Find(command->id);
+  if (!call) return;  // over already (cancelled, say)
+  switch (command->kind) {
+    case Command::WRITE:
+      call->Write(&command->buffer);
+      break;
+    case Command::FINISH:
+      call->End(command->status, command->has_buffer ? &command->buffer : nullptr,
+                command->tell_done);
+      break;
+    case Command::COMPRESS:
+      call->SetCompression(command->algorithm);
+      break;
   }
 }
 
@@ -555,21 +559,35 @@ void Engine::ReleaseHeldBuffers() {
   }
 }
 
-// `object`'s bytes as a ByteBuffer: copied when small, lent when large. False: not a buffer.
-bool ToByteBuffer(Engine* engine, PyObject* object, grpc::ByteBuffer* out) {
+// One buffer's slice: copied when small, lent (kept until gRPC lets go) when large.
+bool AppendSlice(Engine* engine, PyObject* object, std::vector<grpc::Slice>* slices) {
   Py_buffer view;
   if (PyObject_GetBuffer(object, &view, PyBUF_SIMPLE) != 0) return false;
   size_t size = static_cast<size_t>(view.len);
   if (size < kLendFrom) {
-    grpc::Slice slice(view.buf, size);
+    slices->emplace_back(view.buf, size);
     PyBuffer_Release(&view);
-    grpc::ByteBuffer buffer(&slice, 1);
-    out->Swap(&buffer);
     return true;
   }
   auto* held = new HeldBuffer{view, engine};
-  grpc::Slice slice(view.buf, size, ReleaseHeld, held);
-  grpc::ByteBuffer buffer(&slice, 1);
+  slices->emplace_back(view.buf, size, ReleaseHeld, held);
+  return true;
+}
+
+// `object` (a buffer, or a list of buffers: a message's parts in order) as a ByteBuffer.
+// False (with a Python error): not one.
+bool ToByteBuffer(Engine* engine, PyObject* object, grpc::ByteBuffer* out) {
+  std::vector<grpc::Slice> slices;
+  if (PyList_Check(object)) {
+    Py_ssize_t count = PyList_GET_SIZE(object);
+    slices.reserve(static_cast<size_t>(count));
+    for (Py_ssize_t i = 0; i < count; ++i) {
+      if (!AppendSlice(engine, PyList_GET_ITEM(object, i), &slices)) return false;
+    }
+  } else if (!AppendSlice(engine, object, &slices)) {
+    return false;
+  }
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
   out->Swap(&buffer);
   return true;
 }
@@ -813,8 +831,10 @@ PyObject* Server_write(ServerObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// finish(id, code, details, data=None, tell_done=True): end the call (after `data`, a unary
-// reply); DONE is sent when it is over unless `tell_done` is false
+// finish(id, code, details, data=None, tell_done=True, here=False): end the call (after
+// `data`, a unary reply); DONE is sent when it is over unless `tell_done` is false. `here`:
+// start the operation on this thread (without the GIL) instead of the sender's: one thread
+// hop less, for a caller with nothing else to do.
 PyObject* Server_finish(ServerObject* self, PyObject* args) {
   unsigned long long id;
   int code;
@@ -822,8 +842,9 @@ PyObject* Server_finish(ServerObject* self, PyObject* args) {
   Py_ssize_t details_size;
   PyObject* data = Py_None;
   int tell_done = 1;
-  if (!Ready(self) || !PyArg_ParseTuple(args, "Kis#|Op", &id, &code, &details, &details_size,
-                                        &data, &tell_done)) {
+  int here = 0;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "Kis#|Opp", &id, &code, &details, &details_size,
+                                        &data, &tell_done, &here)) {
     return nullptr;
   }
   Command command(Command::FINISH, id);
@@ -834,7 +855,14 @@ PyObject* Server_finish(ServerObject* self, PyObject* args) {
   command.status =
       grpc::Status(static_cast<grpc::StatusCode>(code), std::string(details, details_size));
   command.tell_done = tell_done != 0;
-  self->engine->Post(std::move(command));
+  if (here) {
+    Py_BEGIN_ALLOW_THREADS;
+    self->engine->Run(&command);
+    command.buffer.Clear();  // lent buffers go back through `Released`
+    Py_END_ALLOW_THREADS;
+  } else {
+    self->engine->Post(std::move(command));
+  }
   Py_RETURN_NONE;
 }
 

@@ -26,5 +26,6 @@ class Server:
         details: str,
         data: Any = ...,
         tell_done: bool = ...,
+        here: bool = ...,
     ) -> None: ...
     def set_compression(self, call_id: int, algorithm: int) -> None: ...

@@ -24,7 +24,7 @@ from workbench.server.classification import classify_outputs
 from workbench.server.grpc.parameters import RequestParameters, model_version
 from workbench.server.grpc.raw_inputs import ReceivedInfer
 from workbench.server.grpc.request_codec import decode_request
-from workbench.server.grpc.response_codec import encode_response, serialize_response
+from workbench.server.grpc.response_codec import encode_response, serialize_response_parts
 from workbench.server.grpc.tracing import GrpcTimestamps, metadata
 from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 
@@ -47,10 +47,11 @@ class PreparedRequest:
         filtered, in_regions = self._finish(response, core)
         return encode_response(response, filtered, limit, in_regions)
 
-    def serialize(self, response: InferResponse, core: ServingCore, limit: int) -> bytes:
-        """``encode(...)``'s serialised bytes, each output's data copied once."""
+    def serialize(self, response: InferResponse, core: ServingCore, limit: int) -> Serialized:
+        """``encode(...)``'s serialised bytes, or from 64 KiB their parts, each a view
+        (``response_codec.serialize_response_parts``)."""
         filtered, in_regions = self._finish(response, core)
-        return serialize_response(response, filtered, limit, in_regions)
+        return serialize_response_parts(response, filtered, limit, in_regions)
 
     def _finish(
         self, response: InferResponse, core: ServingCore
@@ -93,12 +94,23 @@ def prepare(
     return PreparedRequest(request, parameters, config)
 
 
+#: a serialised message: its bytes, or its parts in order (to be sent unjoined where possible)
+Serialized = bytes | list[Any]
+
+
 class InferReply(NamedTuple):
     """A ``ModelInfer`` answer: the serialised ``ModelInferResponse`` and how many bytes of
     tensor data the request carried in its message."""
 
-    payload: bytes
+    payload: Serialized
     received_bytes: int
+
+    @property
+    def size(self) -> int:
+        """The serialised response's length in bytes."""
+        if isinstance(self.payload, bytes):
+            return len(self.payload)
+        return sum(len(part) for part in self.payload)
 
 
 class InferHandler:
@@ -159,7 +171,7 @@ class InferHandler:
             stamps.finish(context)
         return InferReply(payload, _raw_bytes(received, prepared))
 
-    async def _answer(self, prepared: PreparedRequest, stamps: GrpcTimestamps) -> bytes:
+    async def _answer(self, prepared: PreparedRequest, stamps: GrpcTimestamps) -> Serialized:
         try:
             response = await self.core.infer(prepared.request)
         finally:
@@ -174,4 +186,11 @@ def _raw_bytes(received: ReceivedInfer, prepared: PreparedRequest) -> int:
     return prepared.input_bytes() if len(received.raw) else 0
 
 
-__all__ = ["InferHandler", "InferReply", "PreparedRequest", "model_config_of", "prepare"]
+__all__ = [
+    "InferHandler",
+    "InferReply",
+    "PreparedRequest",
+    "Serialized",
+    "model_config_of",
+    "prepare",
+]

@@ -15,9 +15,9 @@ by the call's messages. Restricted protocols are refused here, before the handle
 grpc.aio interceptor refuses them.
 
 A ``ModelInfer`` request of ``shared_buffers.SHARED_BYTES`` or more arrives in a memfd (copied
-there by gRPC's thread, each of gRPC's buffers freed as it is copied), which a Python model's
-stub maps instead of receiving a copy: one copy of the tensor in the server (issue #12). A
-reply of 64 KiB or more is lent to gRPC, not copied into it.
+there by gRPC's thread), which a Python model's stub maps instead of receiving a copy: from
+then on one copy of the tensor in the server (issue #12). A reply of 64 KiB or more is lent to
+gRPC in its parts (``response_codec.serialize_response_parts``), neither joined nor copied.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from workbench import shared_buffers
+from workbench import shared_buffers, threads
 from workbench.server.grpc.restriction import RestrictedMethods
-from workbench.server.grpc.unparsable import UNPARSABLE_MESSAGE
+from workbench.server.grpc.unparsable import UNPARSABLE, UNPARSABLE_MESSAGE
 from workbench.server.restricted import Restrictions
 
 try:
@@ -209,7 +209,9 @@ class NativeServer:
         if loop is None:
             return
         try:
-            await asyncio.to_thread(self.native.shutdown, grace_s or 0.0)
+            # blocking until the calls are done: on a pool, while this loop finishes them
+            closing = threads.pool(threads.Work.CLOSE)
+            await loop.run_in_executor(closing, self.native.shutdown, grace_s or 0.0)
         finally:
             loop.remove_reader(self.native.fileno())
             self._drain()  # the last calls' done events
@@ -226,41 +228,41 @@ class NativeServer:
                 self.calls.pop(event[1], None)
 
     def _begin(self, call_id: int, method: str, metadata: tuple[Any, ...], message: Any) -> None:
-        call = NativeCall(self, call_id, method, metadata)
-        self.calls[call_id] = call
         handler = self.handlers.get(method)
-        if handler is None:
-            self._close_unserved(call_id, message)
-            self.native.finish(call_id, _UNIMPLEMENTED, "")  # gRPC C++'s answer
+        refusal = None if handler is None else self.restricted.refusal(method, metadata)
+        if handler is None or refusal is not None:
+            _close_shared(message)
+            # gRPC C++'s own answer to an unknown method; Triton's to a restricted one
+            code, details = (_UNIMPLEMENTED, "") if refusal is None else (_UNAVAILABLE, refusal)
+            self.native.finish(call_id, code, details, None, False)
             return
-        refusal = self.restricted.refusal(method, metadata)
-        if refusal is not None:
-            self._close_unserved(call_id, message)
-            self.native.finish(call_id, _UNAVAILABLE, refusal)
-            return
-        call._handler = handler
-        if handler.unary_unary is not None:
-            if isinstance(message, tuple):  # (descriptor, size): a shared buffer
+        if isinstance(message, tuple):  # (descriptor, size): a shared buffer
+            try:
                 message = shared_buffers.adopt(*message)
+            except (OSError, ValueError) as exc:  # mmap refused (no memory, say)
+                log.warning("a gRPC request of %d bytes could not be mapped: %s", message[1], exc)
+                details = f"failed to read the request: {exc}"
+                self.native.finish(call_id, _INTERNAL, details, None, False)
+                return
+        call = NativeCall(self, call_id, method, metadata)
+        call._handler = handler
+        self.calls[call_id] = call
+        if handler.unary_unary is not None:
             serving = self._unary(call, handler, message)
         else:
             call._inbox = asyncio.Queue()
             serving = self._stream(call, handler)
-        call.task = asyncio.ensure_future(serving)
-
-    @staticmethod
-    def _close_unserved(call_id: int, message: Any) -> None:
-        if isinstance(message, tuple):
-            os.close(message[0])
+        assert self._loop is not None
+        call.task = self._loop.create_task(serving)
 
     async def _unary(self, call: NativeCall, handler: Any, message: Any) -> None:
         code, details, reply = _OK, "", None
         try:
-            if message is None:  # the client sent no request message
+            # None: the client sent no request message
+            request = UNPARSABLE if message is None else handler.request_deserializer(message)
+            if request is UNPARSABLE:
                 code, details = _INTERNAL, UNPARSABLE_MESSAGE
             else:
-                request = handler.request_deserializer(message)
-                del message  # a large request's buffer goes with its last view
                 reply = handler.response_serializer(await handler.unary_unary(request, call))
         except grpc.aio.AbortError:
             code, details = call.code, call.details
@@ -277,8 +279,11 @@ class NativeServer:
         tell_done = call._done_callbacks is not None or call._inbox is not None
         if not tell_done:
             self.calls.pop(call.id, None)
+        # Alone (no other call in flight), the loop has nothing else to do: it sends the
+        # reply itself, one thread hop less; else the sender thread does, and the loop goes on.
+        here = not self.calls
         try:
-            self.native.finish(call.id, code, details, reply, tell_done)
+            self.native.finish(call.id, code, details, reply, tell_done, here)
         except Exception as exc:  # noqa: BLE001 - a reply that is not bytes: a bug of ours
             log.exception("a gRPC reply could not be sent", exc_info=exc)
             self.native.finish(call.id, _INTERNAL, f"the reply could not be sent: {exc}")
@@ -295,6 +300,12 @@ class NativeServer:
             log.exception("unexpected error while serving a gRPC stream", exc_info=exc)
             code, details = _UNKNOWN, f"Unexpected {type(exc)}: {exc}"
         self._finish(call, code, details)
+
+
+def _close_shared(message: Any) -> None:
+    """Close the memfd of a request that will not be served (a shared buffer's descriptor)."""
+    if isinstance(message, tuple):
+        os.close(message[0])
 
 
 def _cancelled(call: NativeCall) -> tuple[int, str]:

@@ -7,7 +7,8 @@ the message limit is an ``INVALID_ARGUMENT`` error rather than a transport failu
 written into shared memory keeps its entry and gets empty raw contents (Triton's allocator
 adds one for every output, ``ResponseAllocatorHelper`` in ``infer_handler.cc``).
 
-``serialize_response`` gives the same message's bytes with each output's data copied once:
+``serialize_response`` gives the same message's bytes with each output's data copied once
+(``serialize_response_parts``, not at all: the parts, for a server that sends them unjoined):
 protobuf would copy a ``bytes`` value when it is set (``bytes(buffer)``, then into its own
 memory) and again when serialising. ``raw_output_contents`` is the message's last field (6), so
 the message without it, then each output's field written here, are the bytes protobuf writes.
@@ -30,6 +31,8 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 FINAL_RESPONSE = "triton_final_response"
 #: ``raw_output_contents``: field 6, length-delimited
 _RAW_OUTPUT_TAG = b"\x32"
+#: a serialised response smaller than this is joined into one ``bytes``
+JOIN_BELOW = 64 * 1024
 
 
 def encode_response(
@@ -60,13 +63,29 @@ def serialize_response(
 ) -> bytes:
     """``encode_response(...).SerializeToString()``, each output's data copied once (into the
     returned bytes)."""
+    serialized = serialize_response_parts(response, request, limit, in_regions)
+    return serialized if isinstance(serialized, bytes) else b"".join(serialized)
+
+
+def serialize_response_parts(
+    response: InferResponse,
+    request: InferRequest | None = None,
+    limit: int = MAX_MESSAGE_BYTES,
+    in_regions: Collection[str] = (),
+) -> bytes | list[Any]:
+    """``serialize_response``'s bytes, or, when they reach ``JOIN_BELOW``, their parts in order
+    (the message without contents, then each output's field key and length and its data, a
+    view of the output): a server that can send parts (the native front end) copies no
+    output; joining them is ``serialize_response``'s one copy."""
     message, buffers = _without_contents(response, request, in_regions)
     parts: list[Any] = [message.SerializeToString()]
+    size = len(parts[0])
     for buffer in buffers:
-        parts.append(_RAW_OUTPUT_TAG + _varint(len(buffer)))
-        parts.append(buffer)
-    _check_size(sum(len(part) for part in parts), limit)
-    return b"".join(parts)
+        key = _RAW_OUTPUT_TAG + _varint(len(buffer))
+        parts += (key, buffer)
+        size += len(key) + len(buffer)
+    _check_size(size, limit)
+    return b"".join(parts) if size < JOIN_BELOW else parts
 
 
 def _without_contents(
@@ -123,5 +142,6 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "encode_response",
     "serialize_response",
+    "serialize_response_parts",
     "set_final",
 ]

@@ -22,7 +22,7 @@ from workbench.core.trace_settings import TraceManager
 from workbench.server.grpc import control
 from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.grpc.aborts import abort, aborts_on_error
-from workbench.server.grpc.inference import InferHandler
+from workbench.server.grpc.inference import InferHandler, Serialized
 from workbench.server.grpc.parameters import model_version
 from workbench.server.grpc.raw_inputs import ReceivedInfer
 from workbench.server.grpc.stream import serve_stream
@@ -103,13 +103,14 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- inference -----------------------------------------------------------------------------
     @aborts_on_error
-    async def ModelInfer(self, request: ReceivedInfer, context: Context) -> bytes:
+    async def ModelInfer(self, request: ReceivedInfer, context: Context) -> Serialized:
         # The request as ``raw_inputs.parse_infer_request`` read it, its raw inputs in grpc's
-        # bytes (see ``unparsable.add_service``); the answer is the serialised response.
+        # bytes (see ``unparsable.add_service``); the answer is the serialised response (its
+        # parts from 64 KiB: the native front end sends them unjoined, grpcio's joins them).
         reply = await self._infer(request, context)
         if self.compression is not None:
             context.set_compression(self.compression)
-        if reply.received_bytes >= TRIM_AFTER_BYTES or len(reply.payload) >= TRIM_AFTER_BYTES:
+        if reply.received_bytes >= TRIM_AFTER_BYTES or reply.size >= TRIM_AFTER_BYTES:
             trim_after_reply()
         return reply.payload
 

@@ -55,35 +55,53 @@ def add_service(servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server:
 def method_handlers(
     servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
 ) -> dict[str, grpc.RpcMethodHandler]:
-    """The handlers ``add_service`` registers, by full method path (``/<service>/<rpc>``)."""
-    return {f"/{SERVICE}/{name}": handler for name, handler in _handlers(servicer).items()}
+    """The handlers ``add_service`` registers, by full method path (``/<service>/<rpc>``),
+    for the native front end: a unary one is given ``UNPARSABLE`` as it is (the front end
+    answers it before calling the handler: one coroutine less per call), and a response
+    serialised in parts stays in parts (the front end sends them unjoined)."""
+    handlers = _handlers(servicer, native=True)
+    return {f"/{SERVICE}/{name}": handler for name, handler in handlers.items()}
 
 
 def _handlers(
-    servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer, native: bool = False
 ) -> dict[str, grpc.RpcMethodHandler]:
     capture = _Capture()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    return {name: _guarded(name, handler) for name, handler in capture.handlers.items()}
+    return {name: _guarded(name, handler, native) for name, handler in capture.handlers.items()}
 
 
-def _guarded(name: str, handler: Any) -> Any:
+def _guarded(name: str, handler: Any, native: bool) -> Any:
     if handler.unary_unary is None:  # streams: grpc's own answer (not compared with Triton)
         return handler
     deserialize = _DESERIALIZERS.get(name, handler.request_deserializer)
+    behavior = handler.unary_unary
     return handler._replace(
         request_deserializer=_tolerant(deserialize),
-        response_serializer=_passing_bytes(handler.response_serializer),
-        unary_unary=_answering_unparsable(handler.unary_unary),
+        response_serializer=(_passing_parts if native else _passing_bytes)(
+            handler.response_serializer
+        ),
+        unary_unary=behavior if native else _answering_unparsable(behavior),
     )
 
 
 def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     """The serializer, except that a response already serialised (``ModelInfer``'s, see
-    ``response_codec.serialize_response``) goes out as it is."""
+    ``response_codec.serialize_response_parts``) goes out as it is, its parts joined."""
 
     def serialized(message: Any) -> bytes:
-        return message if isinstance(message, bytes) else serialize(message)
+        if isinstance(message, bytes):
+            return message
+        return b"".join(message) if isinstance(message, list) else serialize(message)
+
+    return serialized
+
+
+def _passing_parts(serialize: Callable[[Any], bytes]) -> Callable[[Any], Any]:
+    """``_passing_bytes`` for a server that sends a message's parts unjoined (the native one)."""
+
+    def serialized(message: Any) -> Any:
+        return message if isinstance(message, (bytes, list)) else serialize(message)
 
     return serialized
 
@@ -108,4 +126,4 @@ def _answering_unparsable(behavior: Callable[..., Any]) -> Callable[..., Any]:
     return answer
 
 
-__all__ = ["UNPARSABLE_MESSAGE", "add_service", "method_handlers"]
+__all__ = ["UNPARSABLE", "UNPARSABLE_MESSAGE", "add_service", "method_handlers"]
