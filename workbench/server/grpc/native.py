@@ -247,23 +247,21 @@ class NativeServer:
         call = NativeCall(self, call_id, method, metadata)
         call._handler = handler
         self.calls[call_id] = call
-        if handler.unary_unary is not None:
-            serving = self._unary(call, handler, message)
-        else:
+        if handler.unary_unary is None:
             call._inbox = asyncio.Queue()
-            serving = self._stream(call, handler)
         assert self._loop is not None
-        call.task = self._loop.create_task(serving)
+        call.task = self._loop.create_task(self._serve(call, handler, message))
 
-    async def _unary(self, call: NativeCall, handler: Any, message: Any) -> None:
+    async def _serve(self, call: NativeCall, handler: Any, message: Any) -> None:
+        """Serve ``call`` (a unary call's reply is serialised; a stream writes its own) and end
+        it: OK with the reply, or the status its handler's failure says. (A call cancelled
+        before this starts is ended by the C++ side, which ends every cancelled call.)"""
         code, details, reply = _OK, "", None
         try:
-            # None: the client sent no request message
-            request = UNPARSABLE if message is None else handler.request_deserializer(message)
-            if request is UNPARSABLE:
-                code, details = _INTERNAL, UNPARSABLE_MESSAGE
+            if call._inbox is None:
+                reply = await self._unary(call, handler, message)
             else:
-                reply = handler.response_serializer(await handler.unary_unary(request, call))
+                await self._stream(call, handler)
         except grpc.aio.AbortError:
             code, details = call.code, call.details
         except asyncio.CancelledError:
@@ -272,6 +270,14 @@ class NativeServer:
             log.exception("unexpected error while serving a gRPC call", exc_info=exc)
             code, details = _UNKNOWN, f"Unexpected {type(exc)}: {exc}"
         self._finish(call, code, details, reply)
+
+    @staticmethod
+    async def _unary(call: NativeCall, handler: Any, message: Any) -> Any:
+        # None: the client sent no request message
+        request = UNPARSABLE if message is None else handler.request_deserializer(message)
+        if request is UNPARSABLE:
+            await call.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
+        return handler.response_serializer(await handler.unary_unary(request, call))
 
     def _finish(self, call: NativeCall, code: int, details: str, reply: Any = None) -> None:
         """End ``call``; DONE comes back only for done callbacks (a traced call's) or a stream:
@@ -288,18 +294,9 @@ class NativeServer:
             log.exception("a gRPC reply could not be sent", exc_info=exc)
             self.native.finish(call.id, _INTERNAL, f"the reply could not be sent: {exc}")
 
-    async def _stream(self, call: NativeCall, handler: Any) -> None:
-        code, details = _OK, ""
-        try:
-            await handler.stream_stream(call.requests(), call)
-        except grpc.aio.AbortError:
-            code, details = call.code, call.details
-        except asyncio.CancelledError:
-            code, details = _cancelled(call)
-        except Exception as exc:  # noqa: BLE001 - a bug ends this call, not the server
-            log.exception("unexpected error while serving a gRPC stream", exc_info=exc)
-            code, details = _UNKNOWN, f"Unexpected {type(exc)}: {exc}"
-        self._finish(call, code, details)
+    @staticmethod
+    async def _stream(call: NativeCall, handler: Any) -> None:
+        await handler.stream_stream(call.requests(), call)
 
 
 def _close_shared(message: Any) -> None:
