@@ -72,16 +72,24 @@ struct Event {
 class Call;
 struct HeldBuffer;
 
+// Where gRPC's threads leave the lent reply buffers they are done with, for Python's next
+// drain to release under the GIL. Every lent buffer shares it, so it outlives the engine: a
+// buffer let go after the engine is gone (the process is stopping) is leaked, never touched.
+struct ReleaseSink {
+  std::mutex mu;
+  std::vector<HeldBuffer*> released;
+  int efd = -1;  // -1 once the engine is gone
+};
+
 // An answer from Python, for the sender thread to start.
 struct Command {
-  enum Kind { WRITE, FINISH, COMPRESS };
+  enum Kind { WRITE, FINISH };
   Command(Kind kind, uint64_t id) : kind(kind), id(id) {}
   Kind kind;
   uint64_t id;
   grpc::Status status;
   bool has_buffer = false;
   grpc::ByteBuffer buffer;
-  grpc_compression_algorithm algorithm = GRPC_COMPRESS_NONE;
   bool tell_done = true;
 };
 
@@ -120,11 +128,20 @@ int CopyToMemfd(grpc::ByteBuffer* buffer, size_t size) {
 // a queue and an eventfd; Python's answers come back through another, to a sender thread.
 class Engine {
  public:
-  Engine() : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~Engine() {  // with the GIL (the Python object's dealloc)
-    ReleaseHeldBuffers();
+  Engine()
+      : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)), sink_(std::make_shared<ReleaseSink>()) {
+    sink_->efd = efd_;
+  }
+  ~Engine() {  // with the GIL (the Python object's dealloc), after Shutdown
+    outbox_.clear();  // answers never sent: their lent buffers go to the sink
     for (auto& event : events_) {
       if (event.shared_fd >= 0) close(event.shared_fd);
+    }
+    events_.clear();
+    ReleaseHeldBuffers();
+    {
+      std::lock_guard<std::mutex> lock(sink_->mu);
+      sink_->efd = -1;
     }
     if (efd_ >= 0) close(efd_);
   }
@@ -168,9 +185,26 @@ class Engine {
     }
     outbox_cv_.notify_one();
     if (sender_.joinable()) sender_.join();
+    // Every call is cancelled by now; the queue's thread ends each (its tags come back) and
+    // only then may the queue shut down: an operation started on a queue that is shut down
+    // aborts the process. Bounded, in case a call never ends (it is then left behind).
+    {
+      std::unique_lock<std::mutex> lock(live_mu_);
+      live_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return live_calls_ == 0; });
+    }
     cq_->Shutdown();
     if (thread_.joinable()) thread_.join();
     server_.reset();
+  }
+
+  void CallBorn() {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    ++live_calls_;
+  }
+
+  void CallDied() {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    if (--live_calls_ == 0) live_cv_.notify_all();
   }
 
   // Python's thread: an answer for the sender thread (which is woken when it waits).
@@ -178,6 +212,7 @@ class Engine {
     bool wake;
     {
       std::lock_guard<std::mutex> lock(outbox_mu_);
+      if (sender_stop_) return;  // stopped: the call is over (its buffers go to the sink)
       outbox_.push_back(std::move(command));
       wake = sender_waiting_;
       sender_waiting_ = false;
@@ -199,10 +234,14 @@ class Engine {
     }
   }
 
-  std::vector<Event> TakeEvents() {
+  // Clears the eventfd: call before taking what it woke the loop for.
+  void Woken() {
     uint64_t count;
     ssize_t got = read(efd_, &count, sizeof count);
     (void)got;  // EAGAIN: woken for events already taken
+  }
+
+  std::vector<Event> TakeEvents() {
     std::vector<Event> events;
     std::lock_guard<std::mutex> lock(events_mu_);
     events.swap(events_);
@@ -229,7 +268,7 @@ class Engine {
   void Accept();
   // Starts what `command` asks (on the sender thread, or the caller's).
   void Run(Command* command);
-  void Released(HeldBuffer* held);
+  const std::shared_ptr<ReleaseSink>& sink() const { return sink_; }
   void ReleaseHeldBuffers();
 
  private:
@@ -245,9 +284,12 @@ class Engine {
   uint64_t next_id_ = 1;  // the completion-queue thread's (and Start's, before it runs)
   std::mutex calls_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Call>> calls_;
-  std::mutex events_mu_;  // also guards `released_`
+  std::mutex events_mu_;
   std::vector<Event> events_;
-  std::vector<HeldBuffer*> released_;
+  std::shared_ptr<ReleaseSink> sink_;
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  int live_calls_ = 0;
   std::thread sender_;
   std::mutex outbox_mu_;
   std::condition_variable outbox_cv_;
@@ -261,7 +303,10 @@ class Engine {
 // completion comes through the queue), so operations are started with `mu_` held.
 class Call {
  public:
-  Call(Engine* engine, uint64_t id) : engine_(engine), id_(id), stream_(&context_) {}
+  Call(Engine* engine, uint64_t id) : engine_(engine), id_(id), stream_(&context_) {
+    engine_->CallBorn();
+  }
+  ~Call() { engine_->CallDied(); }
 
   // Waits for the next call; `self` keeps this alive until every tag of it is back.
   void Request(std::shared_ptr<Call> self, grpc::AsyncGenericService* service,
@@ -380,7 +425,11 @@ class Call {
       WriteNext();
       return;
     }
-    writes_.clear();  // after a failed write the rest cannot go either
+    for (size_t dropped = 0; dropped < writes_.size(); ++dropped) {
+      Event lost(WRITE_DONE, id_);  // after a failed write the rest cannot go either
+      engine_->Push(std::move(lost));
+    }
+    writes_.clear();
     if (finishing_ && !finish_pending_ && !finished_) FinishNow();
   }
 
@@ -492,7 +541,7 @@ void Engine::Send() {
       commands.swap(outbox_);
     }
     for (Command& command : commands) Run(&command);
-    commands.clear();  // lent buffers go back through `Released`
+    commands.clear();  // lent buffers go to the sink
   }
 }
 
@@ -506,9 +555,6 @@ void Engine::Run(Command* command) {
     case Command::FINISH:
       call->End(command->status, command->has_buffer ? &command->buffer : nullptr,
                 command->tell_done);
-      break;
-    case Command::COMPRESS:
-      call->SetCompression(command->algorithm);
       break;
   }
 }
@@ -528,21 +574,17 @@ void Engine::Run() {
 // until Python's next `drain`, which releases them.
 struct HeldBuffer {
   Py_buffer view;
-  Engine* engine;
+  std::shared_ptr<ReleaseSink> sink;
 };
 
 void ReleaseHeld(void* data) {
   auto* held = static_cast<HeldBuffer*>(data);
-  held->engine->Released(held);
-}
-
-void Engine::Released(HeldBuffer* held) {
-  {
-    std::lock_guard<std::mutex> lock(events_mu_);
-    released_.push_back(held);
-  }
+  std::shared_ptr<ReleaseSink> sink = held->sink;
+  std::lock_guard<std::mutex> lock(sink->mu);
+  if (sink->efd < 0) return;  // the engine is gone: leaked, not touched
+  sink->released.push_back(held);
   uint64_t one = 1;
-  ssize_t written = write(efd_, &one, sizeof one);
+  ssize_t written = write(sink->efd, &one, sizeof one);
   (void)written;
 }
 
@@ -550,8 +592,8 @@ void Engine::Released(HeldBuffer* held) {
 void Engine::ReleaseHeldBuffers() {
   std::vector<HeldBuffer*> released;
   {
-    std::lock_guard<std::mutex> lock(events_mu_);
-    released.swap(released_);
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    released.swap(sink_->released);
   }
   for (HeldBuffer* held : released) {
     PyBuffer_Release(&held->view);
@@ -569,7 +611,7 @@ bool AppendSlice(Engine* engine, PyObject* object, std::vector<grpc::Slice>* sli
     PyBuffer_Release(&view);
     return true;
   }
-  auto* held = new HeldBuffer{view, engine};
+  auto* held = new HeldBuffer{view, engine->sink()};
   slices->emplace_back(view.buf, size, ReleaseHeld, held);
   return true;
 }
@@ -611,25 +653,33 @@ PyObject* MessageBytes(grpc::ByteBuffer* buffer) {
   return bytes;
 }
 
+// Text a client sent (a method, a metadata key), as str; bytes that are not UTF-8 kept as
+// surrogates, so that no client can make the event unreadable.
+PyObject* Text(const std::string& text) {
+  return PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
+                              "surrogateescape");
+}
+
 PyObject* MetadataTuple(const std::vector<std::pair<std::string, std::string>>& pairs) {
   PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(pairs.size()));
   if (tuple == nullptr) return nullptr;
   for (size_t i = 0; i < pairs.size(); ++i) {
     const auto& [key, value] = pairs[i];
     bool binary = key.size() >= 4 && key.compare(key.size() - 4, 4, "-bin") == 0;
-    PyObject* item = binary
-                         ? Py_BuildValue("(s#y#)", key.data(), (Py_ssize_t)key.size(),
-                                         value.data(), (Py_ssize_t)value.size())
-                         : Py_BuildValue("(s#s#)", key.data(), (Py_ssize_t)key.size(),
-                                         value.data(), (Py_ssize_t)value.size());
-    if (item == nullptr) {
-      PyErr_Clear();  // metadata that is not UTF-8 text: passed as bytes
-      item = Py_BuildValue("(s#y#)", key.data(), (Py_ssize_t)key.size(), value.data(),
-                           (Py_ssize_t)value.size());
-      if (item == nullptr) {
-        Py_DECREF(tuple);
-        return nullptr;
+    PyObject* item = nullptr;
+    if (PyObject* name = Text(key)) {
+      PyObject* text = binary ? nullptr : PyUnicode_DecodeUTF8(value.data(), value.size(), nullptr);
+      if (text == nullptr) {  // binary, or not UTF-8 text: passed as bytes
+        PyErr_Clear();
+        text = PyBytes_FromStringAndSize(value.data(), static_cast<Py_ssize_t>(value.size()));
       }
+      item = text == nullptr ? nullptr : PyTuple_Pack(2, name, text);
+      Py_XDECREF(text);
+      Py_DECREF(name);
+    }
+    if (item == nullptr) {
+      Py_DECREF(tuple);
+      return nullptr;
     }
     PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), item);
   }
@@ -655,8 +705,13 @@ PyObject* EventTuple(Event* event) {
         Py_DECREF(metadata);
         return nullptr;
       }
-      return Py_BuildValue("(iKs#NN)", CALL, id, event->method.data(),
-                           (Py_ssize_t)event->method.size(), metadata, message);
+      PyObject* method = Text(event->method);
+      if (method == nullptr) {
+        Py_DECREF(metadata);
+        Py_DECREF(message);
+        return nullptr;
+      }
+      return Py_BuildValue("(iKNNN)", CALL, id, method, metadata, message);
     }
     case MESSAGE: {
       PyObject* message = MessageBytes(&event->message);
@@ -802,20 +857,30 @@ PyObject* Server_fileno(ServerObject* self, PyObject*) {
 // drain() -> [event tuple, ...]: every event waiting, oldest first.
 PyObject* Server_drain(ServerObject* self, PyObject*) {
   if (!Ready(self)) return nullptr;
-  self->engine->ReleaseHeldBuffers();
-  std::vector<Event> events = self->engine->TakeEvents();
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(events.size()));
+  Engine* engine = self->engine;
+  engine->Woken();  // first: a buffer released from now on wakes the loop again
+  engine->ReleaseHeldBuffers();
+  std::vector<Event> events = engine->TakeEvents();
+  PyObject* list = PyList_New(0);
   if (list == nullptr) return nullptr;
-  for (size_t i = 0; i < events.size(); ++i) {
-    PyObject* item = EventTuple(&events[i]);
-    if (item == nullptr) {
-      for (size_t j = i; j < events.size(); ++j) {
-        if (events[j].shared_fd >= 0) close(events[j].shared_fd);
+  for (Event& event : events) {
+    PyObject* item = EventTuple(&event);
+    if (item == nullptr || PyList_Append(list, item) != 0) {
+      // This event alone is lost (no memory, say); the others still reach Python.
+      Py_XDECREF(item);
+      PyErr_Clear();
+      if (event.shared_fd >= 0) close(event.shared_fd);
+      if (event.kind == CALL) {  // nobody will answer it: end it here
+        Command command(Command::FINISH, event.id);
+        command.status = grpc::Status(grpc::StatusCode::INTERNAL, "the request could not be read");
+        command.tell_done = false;
+        Py_BEGIN_ALLOW_THREADS;
+        engine->Run(&command);
+        Py_END_ALLOW_THREADS;
       }
-      Py_DECREF(list);
-      return nullptr;
+      continue;
     }
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+    Py_DECREF(item);
   }
   return list;
 }
@@ -858,7 +923,7 @@ PyObject* Server_finish(ServerObject* self, PyObject* args) {
   if (here) {
     Py_BEGIN_ALLOW_THREADS;
     self->engine->Run(&command);
-    command.buffer.Clear();  // lent buffers go back through `Released`
+    command.buffer.Clear();  // lent buffers go to the sink
     Py_END_ALLOW_THREADS;
   } else {
     self->engine->Post(std::move(command));
@@ -875,9 +940,12 @@ PyObject* Server_set_compression(ServerObject* self, PyObject* args) {
     PyErr_Format(PyExc_ValueError, "unknown compression algorithm %d", algorithm);
     return nullptr;
   }
-  Command command(Command::COMPRESS, id);
-  command.algorithm = static_cast<grpc_compression_algorithm>(algorithm);
-  self->engine->Post(std::move(command));
+  // At once, not through the sender: a reply the loop starts itself must not overtake it.
+  Engine* engine = self->engine;
+  Py_BEGIN_ALLOW_THREADS;
+  std::shared_ptr<Call> call = engine->Find(id);
+  if (call) call->SetCompression(static_cast<grpc_compression_algorithm>(algorithm));
+  Py_END_ALLOW_THREADS;
   Py_RETURN_NONE;
 }
 

@@ -193,6 +193,7 @@ class NativeServer:
         )
         self.calls: dict[int, NativeCall] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
 
     def start(self, target: str, channel_arguments: list[tuple[str, int | str]]) -> int:
         """Listen on ``target``; the bound port (0: it could not listen there). Call on the
@@ -205,27 +206,40 @@ class NativeServer:
 
     async def stop(self, grace_s: float | None) -> None:
         """Refuse new calls; those running get ``grace_s`` to finish, then are cancelled."""
-        loop, self._loop = self._loop, None
-        if loop is None:
+        loop = self._loop
+        if loop is None or self._stopping:
             return
+        self._stopping = True
         try:
-            # blocking until the calls are done: on a pool, while this loop finishes them
+            # Blocking until the calls are done: on a pool, while this loop serves them (a
+            # call accepted just before the stop may still arrive, and is served too).
             closing = threads.pool(threads.Work.CLOSE)
             await loop.run_in_executor(closing, self.native.shutdown, grace_s or 0.0)
         finally:
             loop.remove_reader(self.native.fileno())
             self._drain()  # the last calls' done events
+            self._loop = None
 
     def _drain(self) -> None:
         for event in self.native.drain():
-            if event[0] == _native.CALL:
-                self._begin(*event[1:])
-                continue
-            call = self.calls.get(event[1])
-            if call is not None:
-                call.react(event)
-            if event[0] == _native.DONE:
-                self.calls.pop(event[1], None)
+            try:
+                self._react(event)
+            except Exception as exc:  # noqa: BLE001 - one event's failure loses no other
+                log.exception("a gRPC event could not be handled: %r", event[:2])
+                if event[0] == _native.CALL and event[1] not in self.calls:  # never answered
+                    _close_shared(event[4])
+                    details = f"the request could not be served: {exc}"
+                    self.native.finish(event[1], _INTERNAL, details, None, False)
+
+    def _react(self, event: tuple[Any, ...]) -> None:
+        if event[0] == _native.CALL:
+            self._begin(*event[1:])
+            return
+        call = self.calls.get(event[1])
+        if call is not None:
+            call.react(event)
+        if event[0] == _native.DONE:
+            self.calls.pop(event[1], None)
 
     def _begin(self, call_id: int, method: str, metadata: tuple[Any, ...], message: Any) -> None:
         handler = self.handlers.get(method)
