@@ -10,7 +10,9 @@ request lands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import grpc
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
 
 from tests.server.fake_core import FakeCore, _config, _io
 from tests.server.grpc.served import GrpcServer, serve_grpc
@@ -201,3 +204,57 @@ def test_a_call_in_flight_finishes_within_the_grace_period(gated: GrpcServer) ->
     reply = future.result(timeout=10)
     assert np.frombuffer(reply.raw_output_contents[0], np.float32)[0] == 2.0
     stopping.result(30)
+
+
+class _CountingProxy:
+    """A loopback TCP proxy to ``target`` that counts the bytes the server sends back."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.from_server = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(self.target)
+                threading.Thread(
+                    target=self._pipe, args=(client, server, False), daemon=True
+                ).start()
+                threading.Thread(
+                    target=self._pipe, args=(server, client, True), daemon=True
+                ).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, counted: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                if counted:
+                    self.from_server += len(data)
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@needs_native
+def test_infer_responses_are_compressed_when_asked() -> None:
+    # The level's algorithm is set on the call before its reply is started, also when the
+    # loop starts the reply itself (a lone call): 1 MiB of equal floats goes out as ~1 KiB.
+    options = GrpcOptions(port=0, address="127.0.0.1", infer_compression="low")
+    for server in serve_grpc(options, core=_GatedCore(), implementation="native"):
+        host, port = server.url.rsplit(":", 1)
+        proxy = _CountingProxy((host, int(port)))
+        try:
+            channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}")
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            reply = stub.ModelInfer(_add_one(rows=16384), timeout=30)
+            assert len(reply.raw_output_contents[0]) == 16384 * 16 * 4
+            assert proxy.from_server < 64 * 1024, proxy.from_server
+            channel.close()
+        finally:
+            proxy.close()
