@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.server.fake_core import FakeCore, _config, _io
-from tests.server.grpc.served import GrpcServer, serve_grpc
+from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
 from workbench import shared_buffers
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
@@ -241,12 +241,13 @@ class _CountingProxy:
         self.listener.close()
 
 
-@needs_native
-def test_infer_responses_are_compressed_when_asked() -> None:
-    # The level's algorithm is set on the call before its reply is started, also when the
-    # loop starts the reply itself (a lone call): 1 MiB of equal floats goes out as ~1 KiB.
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_infer_responses_are_compressed_when_asked(implementation: str) -> None:
+    # The level's algorithm is set on the call before its reply is started (native: also
+    # when the loop starts the reply itself, for a lone call; grpcio: only once the initial
+    # metadata went out with it): 1 MiB of equal floats goes out as ~1 KiB.
     options = GrpcOptions(port=0, address="127.0.0.1", infer_compression="low")
-    for server in serve_grpc(options, core=_GatedCore(), implementation="native"):
+    for server in serve_grpc(options, core=_GatedCore(), implementation=implementation):
         host, port = server.url.rsplit(":", 1)
         proxy = _CountingProxy((host, int(port)))
         try:
