@@ -132,6 +132,10 @@ def test_sweep_measures_every_point_on_a_scratch_copy(sweep_bench: Workbench) ->
     assert (df["p50_ms"] <= df["p99_ms"]).all()
     for column in ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us"):
         assert (df[column] >= 0).all() and not df[column].isna().any(), column
+    # one row per execution without batching; with max_batch_size 8 never more than 8
+    unbatched = df[df["max_batch_size"] == 1]["avg_batch"]
+    assert (unbatched == 1.0).all(), unbatched.tolist()
+    assert df["avg_batch"].between(1.0, 8.0).all(), df["avg_batch"].tolist()
     assert [p.done for p in seen] == list(range(1, 9)) and seen[-1].total == 8
     # the user's model is untouched, and the scratch copy is gone (files and server)
     assert (model_dir / "config.pbtxt").read_bytes() == before

@@ -2,8 +2,9 @@
 
 ``concurrency`` workers each send a request, wait for its answer and send the next one, for
 ``duration_s`` (perf_analyzer's concurrency mode). Failed requests are counted with their
-message and the loop goes on, so one bad point never ends a sweep. The clients are
-``tritonclient.http.aio`` and ``tritonclient.grpc.aio``, so the same code drives real Triton.
+message and the loop goes on, so one bad point never ends a sweep. The requests are encoded
+once, as perf_analyzer does, and sent as Triton's public HTTP and gRPC APIs take them
+(``senders``), so the same code drives real Triton.
 A sweep runs it in a worker process (``load_process``), away from the server's GIL.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bench.senders import GrpcSender, HttpSender, model_infer_request
 from workbench.errors import InvalidArgumentError
 
 PROTOCOLS = ("http", "grpc")
@@ -103,7 +105,8 @@ def _wire_array(array: np.ndarray, datatype: str) -> np.ndarray:
 
 
 class InferSender:
-    """One model's request, ready to be sent again and again over one protocol."""
+    """One model's request, encoded once and sent again and again over one protocol
+    (``senders``: what tritonclient would send, without its per-request CPU)."""
 
     def __init__(
         self,
@@ -113,39 +116,33 @@ class InferSender:
         arrays: Mapping[str, np.ndarray],
         datatypes: Mapping[str, str],
         outputs: Sequence[str],
-        connections: int = 64,
         version: str = "",
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         self.model = model
         self.version = version
+        wire = {name: _wire_array(array, datatypes[name]) for name, array in arrays.items()}
+        self._sender: HttpSender | GrpcSender
         if protocol == "http":
-            import tritonclient.http as module
-            import tritonclient.http.aio as aio
+            import tritonclient.http as http
 
-            self._client: Any = aio.InferenceServerClient(url=url, conn_limit=connections)
-            self._outputs = [module.InferRequestedOutput(o, binary_data=True) for o in outputs]
+            inputs = []
+            for name, array in wire.items():
+                tensor = http.InferInput(name, list(array.shape), datatypes[name])
+                tensor.set_data_from_numpy(array, binary_data=True)
+                inputs.append(tensor)
+            requested = [http.InferRequestedOutput(o, binary_data=True) for o in outputs]
+            self._sender = HttpSender(url, model, inputs, requested, version)
         else:
-            import tritonclient.grpc as module
-            import tritonclient.grpc.aio as aio
+            request = model_infer_request(model, wire, datatypes, outputs, version)
+            self._sender = GrpcSender(url, request)
 
-            self._client = aio.InferenceServerClient(url=url)
-            self._outputs = [module.InferRequestedOutput(o) for o in outputs]
-        self._inputs = []
-        for name, array in arrays.items():
-            wire = _wire_array(array, datatypes[name])
-            tensor = module.InferInput(name, list(wire.shape), datatypes[name])
-            tensor.set_data_from_numpy(wire)
-            self._inputs.append(tensor)
-
-    async def __call__(self) -> Any:
-        return await self._client.infer(
-            self.model, self._inputs, model_version=self.version, outputs=self._outputs
-        )
+    async def __call__(self) -> None:
+        await self._sender()
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._sender.close()
 
 
 __all__ = ["PERCENTILES", "PROTOCOLS", "InferSender", "LoadResult", "closed_loop", "error_text"]

@@ -56,8 +56,7 @@ class LoadPlan:
     datatypes: Mapping[str, str]
     outputs: Sequence[str]
     version: str = ""
-    connections: int = 64
-    #: names the plan, so the worker keeps one client (and its connections) across jobs
+    #: names the plan, so the worker keeps one sender (and its connections) across jobs
     token: int = field(default_factory=lambda: next(_plan_tokens))
 
     def sender(self) -> InferSender:
@@ -68,7 +67,6 @@ class LoadPlan:
             self.arrays,
             self.datatypes,
             self.outputs,
-            self.connections,
             version=self.version,
         )
 

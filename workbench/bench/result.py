@@ -46,6 +46,7 @@ METRIC_COLUMNS = (
     "compute_input_us",
     "compute_infer_us",
     "compute_output_us",
+    "avg_batch",
     "error",
 )
 FORMAT = "triton-workbench-sweep/1"

@@ -231,10 +231,7 @@ class SweepRunner:
             url = self.endpoints.grpc
         datatypes = {spec["name"]: spec["datatype"] for spec in metadata["inputs"]}
         outputs = [spec["name"] for spec in metadata["outputs"]]
-        connections = max(self.spec.concurrency)
-        return LoadPlan(
-            self.spec.protocol, url, target, arrays, datatypes, outputs, "", connections
-        )
+        return LoadPlan(self.spec.protocol, url, target, arrays, datatypes, outputs)
 
     def _trace(self, point: SweepPoint, target: str) -> None:
         """Trace requests at this point through the trace extension, one at a time, before
@@ -282,6 +279,7 @@ def _failed_row(point: SweepPoint, concurrency: int, error: str) -> dict[str, An
     row.update({"throughput": 0.0, "requests": 0, "errors": 0, "error": error})
     row.update({key: nan for key in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms")})
     row.update({f"{phase}_us": nan for phase in PHASES})
+    row["avg_batch"] = nan
     return row
 
 
@@ -294,6 +292,7 @@ def _measured_row(
     row["requests"] = len(load.latencies_s)
     row["errors"] = load.errors
     row.update(after.per_request_us(before))
+    row["avg_batch"] = after.avg_batch(before)
     row["error"] = load.first_error
     return row
 

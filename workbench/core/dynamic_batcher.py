@@ -1,11 +1,12 @@
 """Triton's dynamic batcher: requests wait in priority queues and leave in batches.
 
-It runs on loop callbacks, without a task of its own while instances are free: an arrival
-(without a queue delay, at the end of its loop turn) and the end of a queue delay (a
-microsecond timer) each look at the queues, and while every instance is busy one task waits
-for the next to be free. An instance is reserved first and only then a batch formed, so
-requests that arrive while every instance is busy are batched together (this is where
-batching comes from under load, even with ``max_queue_delay_microseconds: 0``). A batch is
+It runs on loop callbacks, without a task of its own while instances are free: each arrival
+and the end of a queue delay (a microsecond timer) look at the queues, and while every
+instance is busy one task waits for the next to be free. An instance is reserved first and
+only then a batch formed, so requests that arrive while every instance is busy are batched
+together (this is where batching comes from under load, even with
+``max_queue_delay_microseconds: 0``); a request that finds an instance free leaves at once,
+as Triton's batcher thread, woken by each arrival, sends it. A batch is
 sent at once when it is full: it has the largest preferred size (``max_batch_size`` without
 preferred sizes), or the next request would take it past that size or has other shapes. A
 batch that has some preferred size is sent at once too. Otherwise the reserved instance waits
@@ -55,8 +56,6 @@ class DynamicBatcher:
         self._acquiring: asyncio.Task[None] | None = None
         self._now = clock.now_ns
         self._timer = clock.timer(self._pump)
-        #: a look at the queues is scheduled for the end of this loop turn
-        self._pump_soon = False
         #: executions started, pruned of finished ones now and then (``close`` waits for them)
         self._running: list[asyncio.Future[Any]] = []
         self._closed = False
@@ -66,13 +65,11 @@ class DynamicBatcher:
         if self._closed:
             raise UnavailableError("model is being unloaded; request rejected")
         self.queues.push(pending)  # raises when the queue is full
-        if self._delay_ns:
-            self._pump()  # at most it starts the delay: later arrivals still join the batch
-        elif not self._pump_soon:
-            # Without a delay a batch leaves at once, so look after this loop turn: requests
-            # that arrive in the same turn (several connections read at once) leave together.
-            self._pump_soon = True
-            asyncio.get_running_loop().call_soon(self._pump)
+        # At once, as Triton's batcher thread wakes on each arrival: a request that finds an
+        # instance free leaves without waiting for the others read in this loop turn (which
+        # would make batches larger than Triton's and leave a second instance idle), and with
+        # a queue delay it at most starts the delay, later arrivals still joining its batch.
+        self._pump()
         if not self._preserve:
             return await pending.future
         return await self._in_order(pending)
@@ -93,7 +90,6 @@ class DynamicBatcher:
     # -- the dispatcher ------------------------------------------------------------------------
     def _pump(self) -> None:
         """Start every batch that can go now; a timer or the waiting task does the rest."""
-        self._pump_soon = False
         try:
             while self._start_one():
                 pass

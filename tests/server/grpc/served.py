@@ -40,7 +40,7 @@ class GrpcServer:
 
 
 #: the gRPC servers the front-end tests run on: gRPC's C++ server where it is built, and grpcio
-IMPLEMENTATIONS = ["native", "grpcio"] if native.available() else ["grpcio"]
+BUILT_SERVERS = ["native", "grpcio"] if native.available() else ["grpcio"]
 
 
 def serve_grpc(

@@ -15,7 +15,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
+from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.server.grpc import GrpcOptions
 
 P = pb.InferParameter
@@ -24,7 +24,7 @@ Output = pb.ModelInferRequest.InferRequestedOutputTensor
 ROW = np.arange(16, dtype=np.float32).reshape(1, 16)
 
 
-@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+@pytest.fixture(scope="module", params=BUILT_SERVERS)
 def grpc_server(request: pytest.FixtureRequest) -> Iterator[GrpcServer]:
     yield from serve_grpc(implementation=request.param)
 

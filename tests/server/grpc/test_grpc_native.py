@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.server.fake_core import FakeCore, _config, _io
-from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
+from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench import shared_buffers
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
@@ -241,7 +241,7 @@ class _CountingProxy:
         self.listener.close()
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BUILT_SERVERS)
 def test_infer_responses_are_compressed_when_asked(implementation: str) -> None:
     # The level's algorithm is set on the call before its reply is started (native: also
     # when the loop starts the reply itself, for a lone call; grpcio: only once the initial

@@ -18,14 +18,14 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from tests.server.fake_core import FakeCore
-from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
+from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.errors import InvalidArgumentError, UnavailableError
 from workbench.server.grpc import GrpcFrontend, GrpcOptions
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
 from workbench.server.log_settings import LogSettings
 
 
-@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+@pytest.fixture(scope="module", params=BUILT_SERVERS)
 def grpc_server(request: pytest.FixtureRequest) -> Iterator[GrpcServer]:
     yield from serve_grpc(implementation=request.param)
 

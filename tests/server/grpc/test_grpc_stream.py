@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.server.fake_core import FakeCore
-from tests.server.grpc.served import IMPLEMENTATIONS, GrpcServer, serve_grpc
+from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
 
 P = pb.InferParameter
@@ -36,7 +36,7 @@ class SlowCore(FakeCore):
         return await super().infer(request)
 
 
-@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+@pytest.fixture(scope="module", params=BUILT_SERVERS)
 def grpc_server(request: pytest.FixtureRequest) -> Iterator[GrpcServer]:
     yield from serve_grpc(core=SlowCore(), implementation=request.param)
 

@@ -88,6 +88,8 @@ struct Command {
   Kind kind;
   uint64_t id;
   grpc::Status status;
+  // A FINISH with a reply message: an empty one (b"", a default protobuf message) too, which
+  // `buffer.Valid()` alone would not tell from no message at all.
   bool has_buffer = false;
   grpc::ByteBuffer buffer;
   bool tell_done = true;
@@ -118,7 +120,6 @@ int CopyToMemfd(grpc::ByteBuffer* buffer, size_t size) {
   for (auto& slice : slices) {
     std::memcpy(at, slice.begin(), slice.size());
     at += slice.size();
-    slice = grpc::Slice();  // our reference goes (gRPC's buffers go with the last one)
   }
   munmap(map, size);
   return fd;
@@ -267,7 +268,7 @@ class Engine {
   bool stopping() const { return stopping_; }
   void Accept();
   // Starts what `command` asks (on the sender thread, or the caller's).
-  void Run(Command* command);
+  void Execute(Command* command);
   const std::shared_ptr<ReleaseSink>& sink() const { return sink_; }
   void ReleaseHeldBuffers();
 
@@ -540,12 +541,12 @@ void Engine::Send() {
       if (outbox_.empty()) return;  // stopping, and nothing left to send
       commands.swap(outbox_);
     }
-    for (Command& command : commands) Run(&command);
+    for (Command& command : commands) Execute(&command);
     commands.clear();  // lent buffers go to the sink
   }
 }
 
-void Engine::Run(Command* command) {
+void Engine::Execute(Command* command) {
   std::shared_ptr<Call> call = Find(command->id);
   if (!call) return;  // over already (cancelled, say)
   switch (command->kind) {
@@ -875,7 +876,7 @@ PyObject* Server_drain(ServerObject* self, PyObject*) {
         command.status = grpc::Status(grpc::StatusCode::INTERNAL, "the request could not be read");
         command.tell_done = false;
         Py_BEGIN_ALLOW_THREADS;
-        engine->Run(&command);
+        engine->Execute(&command);
         Py_END_ALLOW_THREADS;
       }
       continue;
@@ -922,7 +923,7 @@ PyObject* Server_finish(ServerObject* self, PyObject* args) {
   command.tell_done = tell_done != 0;
   if (here) {
     Py_BEGIN_ALLOW_THREADS;
-    self->engine->Run(&command);
+    self->engine->Execute(&command);
     command.buffer.Clear();  // lent buffers go to the sink
     Py_END_ALLOW_THREADS;
   } else {

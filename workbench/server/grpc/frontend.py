@@ -159,7 +159,7 @@ class GrpcFrontend:
                 if self.options.restrictions
                 else None,
             )
-            add_service(self.service, server)
+            add_service(self.service, server, compressing=self.service.compression is not None)
             try:
                 port = server.add_insecure_port(target)
             except RuntimeError:

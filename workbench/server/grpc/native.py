@@ -10,7 +10,7 @@ This module turns those events into calls of the same servicer grpc.aio serves
 (``service.InferenceService``, through the same handlers as ``unparsable.add_service``
 registers): a ``NativeCall`` is the handler's ``context`` (the part of
 ``grpc.aio.ServicerContext`` the service uses: ``abort``, ``write``, ``invocation_metadata``,
-``add_done_callback``, ``set_compression``, ``send_initial_metadata``), and a stream's
+``add_done_callback``, ``set_compression``), and a stream's
 requests are an async iterator fed by the call's messages. Restricted protocols are refused
 here, before the handler, as the grpc.aio interceptor refuses them.
 
@@ -113,12 +113,6 @@ class NativeCall:
 
     def set_compression(self, compression: grpc.Compression) -> None:
         self._server.native.set_compression(self.id, int(compression.value))
-
-    async def send_initial_metadata(self, metadata: tuple[tuple[str, str], ...]) -> None:
-        """Nothing to do: gRPC sends the initial metadata (none of ours) with the first
-        reply, the compression algorithm set on the call included."""
-        if metadata:
-            raise NotImplementedError("the native gRPC front end sends no initial metadata")
 
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         if self._done_callbacks is None:

@@ -110,9 +110,6 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         reply = await self._infer(request, context)
         if self.compression is not None:
             context.set_compression(self.compression)
-            # grpc.aio compresses a unary reply only when the initial metadata carrying the
-            # algorithm went out before it (its own finish sends them without): send them now.
-            await context.send_initial_metadata(())
         if reply.received_bytes >= TRIM_AFTER_BYTES or reply.size >= TRIM_AFTER_BYTES:
             trim_after_reply()
         return reply.payload

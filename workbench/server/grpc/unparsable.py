@@ -45,9 +45,16 @@ class _Capture:
         self.handlers = dict(handlers)
 
 
-def add_service(servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server: Any) -> None:
-    """``add_GRPCInferenceServiceServicer_to_server``, answering unparsable requests as Triton."""
-    handlers = _handlers(servicer)
+def add_service(
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer, server: Any, *, compressing: bool
+) -> None:
+    """``add_GRPCInferenceServiceServicer_to_server``, answering unparsable requests as Triton.
+
+    ``compressing``: ``ModelInfer`` sets a compression algorithm on its calls. grpc.aio applies
+    it to a unary reply only when the initial metadata announcing it went out before the reply
+    (its own finish sends them without), so here they are sent once the servicer has set it.
+    """
+    handlers = _handlers(servicer, native=False, compressing=compressing)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     server.add_registered_method_handlers(SERVICE, handlers)
 
@@ -59,19 +66,22 @@ def method_handlers(
     for the native front end: a unary one is given ``UNPARSABLE`` as it is (the front end
     answers it before calling the handler: one coroutine less per call), and a response
     serialised in parts stays in parts (the front end sends them unjoined)."""
-    handlers = _handlers(servicer, native=True)
+    handlers = _handlers(servicer, native=True, compressing=False)
     return {f"/{SERVICE}/{name}": handler for name, handler in handlers.items()}
 
 
 def _handlers(
-    servicer: service_pb2_grpc.GRPCInferenceServiceServicer, native: bool = False
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer, *, native: bool, compressing: bool
 ) -> dict[str, grpc.RpcMethodHandler]:
     capture = _Capture()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, capture)
-    return {name: _guarded(name, handler, native) for name, handler in capture.handlers.items()}
+    return {
+        name: _guarded(name, handler, native, compressing and name == "ModelInfer")
+        for name, handler in capture.handlers.items()
+    }
 
 
-def _guarded(name: str, handler: Any, native: bool) -> Any:
+def _guarded(name: str, handler: Any, native: bool, announce: bool) -> Any:
     if handler.unary_unary is None:  # streams: grpc's own answer (not compared with Triton)
         return handler
     deserialize = _DESERIALIZERS.get(name, handler.request_deserializer)
@@ -81,7 +91,7 @@ def _guarded(name: str, handler: Any, native: bool) -> Any:
         response_serializer=(_passing_parts if native else _passing_bytes)(
             handler.response_serializer
         ),
-        unary_unary=behavior if native else _answering_unparsable(behavior),
+        unary_unary=behavior if native else _answering_unparsable(behavior, announce),
     )
 
 
@@ -116,12 +126,18 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-def _answering_unparsable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+def _answering_unparsable(behavior: Callable[..., Any], announce: bool) -> Callable[..., Any]:
+    """grpc.aio's unary behaviour: Triton's answer to ``UNPARSABLE``; with ``announce``, the
+    initial metadata (and with them the call's compression) sent before the reply."""
+
     async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request is UNPARSABLE:
             await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
         result = behavior(request, context)
-        return await result if inspect.isawaitable(result) else result
+        reply = await result if inspect.isawaitable(result) else result
+        if announce:
+            await context.send_initial_metadata(())
+        return reply
 
     return answer
 
