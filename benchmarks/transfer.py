@@ -246,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--p99-ms", type=float, default=50.0)
     parser.add_argument("--repeats", type=int, default=3, help="sweeps per engine (odd)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--label", default="", help="added to the results file's name")
     args = parser.parse_args(argv)
 
     from tests.integration.peers import prepare
@@ -266,13 +267,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     notes = (
-        f"- `python benchmarks/transfer.py --duration-s {args.duration_s:g} "
-        f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}`; each point "
-        "2 s after a warm-up, the median of the runs."
+        f"## Run\n\n`python benchmarks/transfer.py --duration-s {args.duration_s:g} "
+        f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}`: each point {args.duration_s:g} s "
+        "after a warm-up, the median of the runs. The model processes here run on the "
+        "interpreter below (`sys.executable`); Triton's stubs on the libpython they link."
     )
-    write_report(
-        results_path("transfer"), "Sweep transfer", "\n\n".join(sections), machine_info(), notes
-    )
+    info = machine_info() | {"python_executable": sys.executable}
+    body = "\n\n".join([*sections, notes])
+    report = f"transfer_{args.label}" if args.label else "transfer"
+    write_report(results_path(report), "Sweep transfer", body, info, "")
     return 0
 
 

@@ -4,6 +4,7 @@ as tritonclient would be, over connections they keep, reopen and give up as HTTP
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -94,10 +95,12 @@ Answer = Callable[[int], bytes]
 
 
 class FakeHttp:
-    """Counts connections and requests; ``answer(n)`` is the raw reply to the n-th request."""
+    """Counts connections and requests; ``answer(n)`` is the raw reply to the n-th request,
+    written ``slow[n]`` seconds after it was read."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, slow: dict[int, float]) -> None:
         self.answer = answer
+        self.slow = slow
         self.connections = 0
         self.requests = 0
 
@@ -109,6 +112,7 @@ class FakeHttp:
                 length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
                 await reader.readexactly(length)
                 self.requests += 1
+                await asyncio.sleep(self.slow.get(self.requests, 0.0))
                 reply = self.answer(self.requests)
                 writer.write(reply)
                 await writer.drain()
@@ -126,11 +130,13 @@ def ok(body: bytes = b"{}", close: bool = False) -> bytes:
 
 
 def run_against(
-    answer: Answer, client: Callable[[HttpSender], Awaitable[Any]]
+    answer: Answer,
+    client: Callable[[HttpSender], Awaitable[Any]],
+    slow: dict[int, float] | None = None,
 ) -> tuple[FakeHttp, Any]:
     """``client(sender)`` against a ``FakeHttp`` answering ``answer``: the fake and what
     the client returned."""
-    fake = FakeHttp(answer)
+    fake = FakeHttp(answer, slow or {})
 
     async def main() -> Any:
         server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
@@ -204,3 +210,22 @@ def test_error_message_without_triton_json() -> None:
     assert http_error_message(502, b"bad gateway") == "bad gateway"
     assert http_error_message(503, b"") == "HTTP 503"
     assert http_error_message(400, b'{"error": "no"}') == "no"
+
+
+def test_a_send_cancelled_before_its_answer_does_not_leave_the_answer_to_the_next() -> None:
+    stale = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\n{}"
+    idle: list[int] = []
+
+    async def client(target: HttpSender) -> list[Any]:
+        first = asyncio.ensure_future(target())
+        await asyncio.sleep(0.05)  # sent; its answer comes only after 0.3 s
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        idle.append(len(target._idle))  # the connection is not offered to the next send
+        return await in_turn(1)(target)
+
+    fake, outcomes = run_against(lambda n: stale if n == 1 else ok(), client, slow={1: 0.3})
+    assert idle == [0]
+    assert outcomes == [None]  # not the first request's late 400
+    assert fake.connections == 2

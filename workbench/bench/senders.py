@@ -148,7 +148,7 @@ class HttpSender:
         body, json_size = http.InferenceServerClient.generate_request_body(inputs, outputs)
         lines = [
             f"POST {infer_path(model, version)} HTTP/1.1",
-            f"Host: {self._host}:{self._port}",
+            f"Host: {f'[{self._host}]' if ':' in self._host else self._host}:{self._port}",
             f"Content-Length: {len(body)}",
         ]
         if json_size is not None:
@@ -161,11 +161,14 @@ class HttpSender:
         connection = await self._connection()
         try:
             status, body = await connection.exchange(self.request)
-        finally:
-            if connection.open:
-                self._idle.append(connection)
-            else:
-                self._connections.discard(connection)
+        except BaseException:  # failed, or cancelled with its answer still to come: not reused
+            connection.close()
+            self._connections.discard(connection)
+            raise
+        if connection.open:
+            self._idle.append(connection)
+        else:
+            self._connections.discard(connection)
         if status != 200:
             raise _failure(http_error_message(status, body), str(status))
 
