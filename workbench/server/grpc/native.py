@@ -235,11 +235,11 @@ class NativeServer:
         if event[0] == _native.CALL:
             self._begin(*event[1:])
             return
-        call = self.calls.get(event[1])
+        # DONE is the call's last event: it leaves the table as it is handled
+        calls = self.calls
+        call = calls.pop(event[1], None) if event[0] == _native.DONE else calls.get(event[1])
         if call is not None:
             call.react(event)
-        if event[0] == _native.DONE:
-            self.calls.pop(event[1], None)
 
     def _begin(self, call_id: int, method: str, metadata: tuple[Any, ...], message: Any) -> None:
         handler = self.handlers.get(method)
