@@ -100,6 +100,8 @@ class PerfSettings:
     max_trials: int | None = None
     #: the looser ``--stability-percentage`` values to retry with, in turn (keys of LOOSE_MARKS)
     retry_stability: tuple[int, ...] = (25,)
+    #: more perf_analyzer options for every point (``--shape INPUT0:n``, say)
+    extra_args: tuple[str, ...] = ()
 
     def describe(self, protocol: str = "http") -> str:
         trials = self.max_trials if self.max_trials is not None else 10
@@ -189,6 +191,7 @@ def _measure_once(
         # Stabilize on the average (perf_analyzer's default): stabilizing on p99 rarely
         # converges on 2 cores. The CSV reports p99 either way.
         extra = ["-f", str(csv_path), f"--stability-percentage={stability_pct}"]
+        extra += settings.extra_args
         trials = settings.max_trials if settings.max_trials is not None else 10
         if settings.max_trials is not None:
             extra.append(f"--max-trials={settings.max_trials}")

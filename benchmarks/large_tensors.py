@@ -5,13 +5,21 @@ one instance: the tensor crosses to the stub process and back); the workbench al
 ``identity_onnx`` (an ONNX ``Identity`` built at run time with ``onnx.helper``; the Triton in
 the pytriton wheel has no onnxruntime backend, so that row is ours alone). For every model,
 protocol (HTTP with the binary tensor extension in and out, gRPC raw contents), size and
-concurrency, ``concurrency`` threads each with its own ``tritonclient`` client send
-``INPUT0[n]`` and read ``OUTPUT0`` back in a closed loop for ``--seconds``, after warm-up.
+concurrency, a closed loop of ``concurrency`` requests in flight sends ``INPUT0[n]`` and reads
+``OUTPUT0`` back:
+
+- ``--client perf_analyzer`` (the default): Triton's own C++ load generator with
+  ``--shape INPUT0:n``, measurement windows of ``--seconds`` until stable; p99 from its CSV.
+  On a 2-core machine the Python client below spends most of a core encoding and decoding
+  16 MiB tensors, so it cannot show what either server can move (2026-11-26: HTTP 16 MiB at
+  c=4 reached 0.38 GB/s with it, 1.17 GB/s with perf_analyzer, on the same server build);
+- ``--client tritonclient``: ``concurrency`` threads each with its own ``tritonclient``
+  client for ``--seconds`` after warm-up; each echo is checked against its input; p50.
 
 Reported per cell: MB/s round trip (input plus output bytes per second, 1 MB = 10^6 bytes),
-requests/s, p50 latency, and the peak resident memory of the server's process tree (server
-plus stubs, sampled every 20 ms during the cell; a shared-memory page mapped by both counts
-twice, as ``ps`` shows it); ratios are workbench / Triton.
+requests/s, latency, and the peak resident memory of the server's process tree (server plus
+stubs, sampled every 20 ms during the cell; a shared-memory page mapped by both counts twice,
+as ``ps`` shows it); ratios are workbench / Triton.
 
     python benchmarks/large_tensors.py --seconds 3
 
@@ -38,6 +46,7 @@ from _harness import (
     REPO_ROOT,
     TRITON,
     WORKBENCH,
+    PerfSettings,
     machine_info,
     markdown_table,
     ratio,
@@ -45,9 +54,10 @@ from _harness import (
     workbench_server,
     write_report,
 )
-from large_message_memory import peak_sampler, tree_memory
+from _harness import measure as perf_measure
+from large_message_memory import peak_sampler, tree_rss
 
-from tests.integration.peers import TritonServerProcess, copy_repository, prepare
+from tests.integration.peers import Peers, TritonServerProcess, copy_repository, prepare
 
 MIB = 1 << 20
 PYTHON_MODEL = "identity_py"
@@ -69,20 +79,18 @@ class Cell:
     protocol: str
     size_mib: int
     concurrency: int
-    requests: int = 0
-    seconds: float = 0.0
-    p50_ms: float = 0.0
+    per_s: float = 0.0
+    #: p99 (perf_analyzer) or p50 (tritonclient), in ms
+    latency_ms: float = 0.0
     peak_rss_mib: float = 0.0
+    #: perf_analyzer's mark for a point that settled only at a looser stability († 25%, ‡ 50%)
+    mark: str = ""
     error: str | None = None
 
     @property
     def mb_per_s(self) -> float:
         """Input plus output bytes per second, in 10^6 bytes."""
-        return 2 * self.size_mib * MIB * self.requests / self.seconds / 1e6 if self.seconds else 0
-
-    @property
-    def per_s(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
+        return 2 * self.size_mib * MIB * self.per_s / 1e6
 
 
 # --- repository ------------------------------------------------------------------------------
@@ -197,20 +205,49 @@ def closed_loop(
     return len(latencies), elapsed, latencies
 
 
-def measure(cell: Cell, pid: int, url: str, seconds: float, warmup: int) -> Cell:
-    data = np.random.default_rng(0).random(cell.size_mib * MIB // 4, dtype=np.float32)
+@dataclass(frozen=True)
+class Target:
+    """One server under load: its process tree's root and its endpoints by protocol."""
+
+    pid: int
+    urls: dict[str, str]
+
+
+def measure(cell: Cell, target: Target, args: argparse.Namespace, peers: Peers | None) -> Cell:
     try:
-        make_send = functools.partial(sender, cell.protocol, url, cell.model, data)
-        with peak_sampler(pid) as peak:
-            cell.requests, cell.seconds, latencies = closed_loop(
-                make_send, cell.concurrency, seconds, warmup
-            )
+        with peak_sampler(target.pid, tree_rss) as peak:
+            if peers is not None:
+                _with_perf_analyzer(cell, target, args, peers)
+            else:
+                _with_tritonclient(cell, target.urls[cell.protocol], args)
             cell.peak_rss_mib = peak()[0] / MIB
-        cell.p50_ms = statistics.median(latencies) if latencies else 0.0
     except Exception as exc:  # noqa: BLE001 - a failed cell is reported, the run goes on
         cell.error = str(exc)
     print(f"  {describe(cell)}", flush=True)
     return cell
+
+
+def _with_tritonclient(cell: Cell, url: str, args: argparse.Namespace) -> None:
+    data = np.random.default_rng(0).random(cell.size_mib * MIB // 4, dtype=np.float32)
+    make_send = functools.partial(sender, cell.protocol, url, cell.model, data)
+    count, elapsed, latencies = closed_loop(make_send, cell.concurrency, args.seconds, args.warmup)
+    cell.per_s = count / elapsed if elapsed else 0.0
+    cell.latency_ms = statistics.median(latencies) if latencies else 0.0
+
+
+def _with_perf_analyzer(cell: Cell, target: Target, args: argparse.Namespace, peers: Peers) -> None:
+    shape = ("--shape", f"INPUT0:{cell.size_mib * MIB // 4}")
+    # a 1 MiB echo at c=1 sometimes does not settle within 25% on this VM: 50% is the last try
+    settings = PerfSettings(
+        int(args.seconds * 1000), max_trials=6, retry_stability=(25, 50), extra_args=shape
+    )
+    url = target.urls[cell.protocol]
+    found = perf_measure(
+        peers, url, cell.model, cell.concurrency, settings, cell.protocol, target.urls["http"]
+    )
+    if found.error is not None or found.infer_per_s is None or found.p99_ms is None:
+        raise RuntimeError(found.error or "perf_analyzer gave no numbers")
+    cell.per_s, cell.latency_ms, cell.mark = found.infer_per_s, found.p99_ms, found.mark
 
 
 def describe(cell: Cell) -> str:
@@ -218,17 +255,18 @@ def describe(cell: Cell) -> str:
     if cell.error:
         return f"{where}: FAILED {cell.error}"
     return (
-        f"{where}: {cell.mb_per_s:,.0f} MB/s, {cell.per_s:,.1f} req/s, p50 {cell.p50_ms:.1f} ms, "
+        f"{where}: {cell.mb_per_s:,.0f} MB/s, {cell.per_s:,.1f} req/s, {cell.latency_ms:.1f} ms, "
         f"peak RSS {cell.peak_rss_mib:,.0f} MiB"
     )
 
 
 def run_server(
-    server: str, models: list[str], pid: int, urls: dict[str, str], args: argparse.Namespace
+    server: str, models: list[str], target: Target, args: argparse.Namespace
 ) -> tuple[list[Cell], float]:
     """Every cell of ``models`` on one server, and its tree's idle RSS before them (MiB)."""
+    peers = prepare() if args.client == "perf_analyzer" else None
     time.sleep(1.0)
-    idle = tree_memory(pid)[0] / MIB
+    idle = tree_rss(target.pid)[0] / MIB
     print(f"{server}: idle RSS {idle:,.0f} MiB", flush=True)
     cells = []
     for model in models:
@@ -236,7 +274,7 @@ def run_server(
             for size in args.sizes_mib:
                 for concurrency in args.concurrency:
                     cell = Cell(server, model, protocol, size, concurrency)
-                    cells.append(measure(cell, pid, urls[protocol], args.seconds, args.warmup))
+                    cells.append(measure(cell, target, args, peers))
     return cells, idle
 
 
@@ -245,8 +283,9 @@ def run_server(
 
 def report(cells: list[Cell], idle: dict[str, float], args: argparse.Namespace) -> str:
     by_key = {(c.server, c.model, c.protocol, c.size_mib, c.concurrency): c for c in cells}
+    latency = "p99" if args.client == "perf_analyzer" else "p50"
     header = ["model", "protocol", "MiB", "c", "Triton MB/s", "workbench MB/s", "ratio",
-              "Triton req/s", "workbench req/s", "Triton p50 ms", "workbench p50 ms",
+              "Triton req/s", "workbench req/s", f"Triton {latency} ms", f"workbench {latency} ms",
               "Triton peak RSS MiB", "workbench peak RSS MiB"]  # fmt: skip
     rows = []
     models = [PYTHON_MODEL] + ([ONNX_MODEL] if any(c.model == ONNX_MODEL for c in cells) else [])
@@ -260,19 +299,31 @@ def report(cells: list[Cell], idle: dict[str, float], args: argparse.Namespace) 
                     rows.append([model, protocol, str(size), str(concurrency),
                                  *_pair(theirs, ours, "mb_per_s", 0, with_ratio=True),
                                  *_pair(theirs, ours, "per_s", 1),
-                                 *_pair(theirs, ours, "p50_ms", 1),
+                                 *_pair(theirs, ours, "latency_ms", 1),
                                  *_pair(theirs, ours, "peak_rss_mib", 0)])  # fmt: skip
     table = markdown_table(header, rows)
     idle_text = ", ".join(f"{server} {mib:,.0f} MiB" for server, mib in idle.items())
     return (
         f"FP32[n] echoed by `{PYTHON_MODEL}` (Python backend, one instance) on both servers and "
         f"by `{ONNX_MODEL}` (ONNX Runtime, one instance; workbench only: the Triton here has "
-        "only the Python backend). Each cell: `c` threads, each with its own tritonclient "
-        f"client, in a closed loop for {args.seconds:g} s after {args.warmup} warm-up "
-        "request(s) per thread. HTTP: binary tensor extension in and out; gRPC: raw contents. "
+        f"only the Python backend). Each cell: {_load_text(args)}. HTTP: binary tensor "
+        "extension in and out; gRPC: raw contents. "
         "MB/s counts input and output (1 MB = 10^6 bytes); ratio is workbench / Triton. Peak "
         "RSS: the server's process tree (server and stubs) sampled every 20 ms during the "
         f"cell. Idle RSS before the first cell: {idle_text}.\n\n{table}"
+    )
+
+
+def _load_text(args: argparse.Namespace) -> str:
+    if args.client == "perf_analyzer":
+        return (
+            "perf_analyzer (Triton's C++ load generator) at concurrency `c` with "
+            f"`--shape INPUT0:n`, windows of {args.seconds:g} s until stable (at most 6) "
+            "within 10% († 25%, ‡ 50% where it did not), p99 from its CSV"
+        )
+    return (
+        f"`c` threads, each with its own tritonclient client, in a closed loop for "
+        f"{args.seconds:g} s after {args.warmup} warm-up request(s) per thread, p50"
     )
 
 
@@ -285,7 +336,9 @@ def _pair(theirs: Cell | None, ours: Cell, name: str, digits: int, with_ratio: b
     def text(number: float | None, cell: Cell | None) -> str:
         if cell is None:
             return "–"
-        return "error" if number is None else f"{number:,.{digits}f}"
+        if number is None:
+            return "error"
+        return f"{number:,.{digits}f}" + (cell.mark if with_ratio else "")
 
     a, b = value(theirs), value(ours)
     cells = [text(a, theirs), text(b, ours)]
@@ -301,6 +354,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--servers", nargs="+", default=["triton", "workbench"])
+    parser.add_argument(
+        "--client", choices=["perf_analyzer", "tritonclient"], default="perf_analyzer"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -314,16 +370,16 @@ def main() -> None:
         repo = write_repository(work / "triton_repo", None)
         log = work / "triton.log"
         with TritonServerProcess(peers, repo, log_path=log, load_models=[PYTHON_MODEL]) as t:
-            urls = {"http": t.http_url, "grpc": t.grpc_url}
-            found, idle[TRITON] = run_server(TRITON, [PYTHON_MODEL], t.pid, urls, args)
+            target = Target(t.pid, {"http": t.http_url, "grpc": t.grpc_url})
+            found, idle[TRITON] = run_server(TRITON, [PYTHON_MODEL], target, args)
             cells += found
     if "workbench" in args.servers:
         repo = write_repository(work / "workbench_repo", onnx_model)
         models = [PYTHON_MODEL] + ([ONNX_MODEL] if onnx_model is not None else [])
         with workbench_server(repo, work / "workbench.log", models) as ours:
             assert ours.process is not None
-            urls = {"http": ours.http_url, "grpc": ours.grpc_url}
-            found, idle[WORKBENCH] = run_server(WORKBENCH, models, ours.process.pid, urls, args)
+            target = Target(ours.process.pid, {"http": ours.http_url, "grpc": ours.grpc_url})
+            found, idle[WORKBENCH] = run_server(WORKBENCH, models, target, args)
             cells += found
     body = report(cells, idle, args)
     print(body)

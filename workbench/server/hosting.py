@@ -25,6 +25,7 @@ from workbench._types import StrPath
 from workbench.core import InferenceCore
 from workbench.errors import UnavailableError, WorkbenchError
 from workbench.repository import ModelRepository
+from workbench.server import heap
 from workbench.server.grpc import GrpcFrontend
 from workbench.server.http import create_app
 from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
@@ -300,6 +301,7 @@ class Server:
 
     async def _serve(self) -> None:
         assert self._repository is not None  # opened by _bind()
+        heap.tune()  # malloc's thresholds for tensors of about 1 MiB (see heap.py)
         core = InferenceCore(self._repository, self.options.core)
         self.core = core
         # Before the core starts, so that it sees model loads (load durations).

@@ -33,10 +33,14 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -101,27 +105,44 @@ struct Tag {
   Call* call;
 };
 
-// Copies `buffer` into a new memfd; -1 (and `buffer` untouched) where that fails.
+// Copies `buffer` into a new memfd; -1 (and `buffer` untouched) where that fails. Written
+// with pwritev, not through a mapping: the kernel fills each new page straight from the
+// slices, without a page fault per page, zeroing pages about to be overwritten or an unmap
+// (measured on a 16 MiB ModelInfer: those were a third of the server process's CPU).
 int CopyToMemfd(grpc::ByteBuffer* buffer, size_t size) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer->Dump(&slices).ok()) return -1;
+  std::vector<iovec> pieces;
+  pieces.reserve(slices.size());
+  for (auto& slice : slices) {
+    if (slice.size() > 0) {
+      pieces.push_back({const_cast<uint8_t*>(slice.begin()), slice.size()});
+    }
+  }
   int fd = memfd_create("workbench-grpc-body", MFD_CLOEXEC);
   if (fd < 0) return -1;
-  void* map = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
-    map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  size_t first = 0;
+  off_t written = 0;
+  while (first < pieces.size()) {
+    int count = static_cast<int>(std::min<size_t>(pieces.size() - first, IOV_MAX));
+    ssize_t n = pwritev(fd, &pieces[first], count, written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += n;
+    for (size_t left = static_cast<size_t>(n); left > 0;) {  // past what was written
+      iovec& piece = pieces[first];
+      size_t step = std::min(left, piece.iov_len);
+      piece.iov_base = static_cast<char*>(piece.iov_base) + step;
+      piece.iov_len -= step;
+      left -= step;
+      if (piece.iov_len == 0) ++first;
+    }
   }
-  std::vector<grpc::Slice> slices;
-  if (map == MAP_FAILED || !buffer->Dump(&slices).ok()) {
-    if (map != MAP_FAILED) munmap(map, size);
+  if (static_cast<size_t>(written) != size) {
     close(fd);
     return -1;
   }
   buffer->Clear();
-  char* at = static_cast<char*>(map);
-  for (auto& slice : slices) {
-    std::memcpy(at, slice.begin(), slice.size());
-    at += slice.size();
-  }
-  munmap(map, size);
   return fd;
 }
 

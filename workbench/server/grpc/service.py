@@ -20,12 +20,12 @@ from tritonclient.grpc import service_pb2_grpc
 from workbench.core.contract import ServingCore
 from workbench.core.trace_settings import TraceManager
 from workbench.server.grpc import control
-from workbench.server.grpc._trim import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.grpc.aborts import abort, aborts_on_error
 from workbench.server.grpc.inference import InferHandler, Serialized
 from workbench.server.grpc.parameters import model_version
 from workbench.server.grpc.raw_inputs import ReceivedInfer
 from workbench.server.grpc.stream import serve_stream
+from workbench.server.heap import TRIM_AFTER_BYTES, trim_after_reply
 from workbench.server.log_settings import LogSettings
 from workbench.server.shared_memory import SharedMemoryRegistry
 
