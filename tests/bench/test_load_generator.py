@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from workbench.bench.load_generator import InferSender, LoadResult, closed_loop
+from workbench.bench.senders import InferCall
 from workbench.errors import InvalidArgumentError
 
 
@@ -95,4 +96,4 @@ def test_percentiles() -> None:
 
 def test_unknown_protocol() -> None:
     with pytest.raises(InvalidArgumentError, match="protocol must be 'http' or 'grpc'"):
-        InferSender("websocket", "127.0.0.1:1", "m", {}, {}, [])
+        InferSender("websocket", "127.0.0.1:1", InferCall("m", {}, {}, []))

@@ -17,6 +17,7 @@ import pytest
 from workbench.bench import load_process
 from workbench.bench.load_generator import LoadResult
 from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
+from workbench.bench.senders import InferCall
 
 
 def closed_port() -> int:
@@ -37,7 +38,7 @@ def silent_server() -> Iterator[str]:
 
 def plan(url: str, protocol: str = "http") -> LoadPlan:
     arrays = {"INPUT": np.ones((1, 4), dtype=np.float32)}
-    return LoadPlan(protocol, url, "linear", arrays, {"INPUT": "FP32"}, ["OUTPUT"])
+    return LoadPlan(protocol, url, InferCall("linear", arrays, {"INPUT": "FP32"}, ["OUTPUT"]))
 
 
 def is_gone(pid: int) -> bool:

@@ -15,7 +15,7 @@ import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
 from workbench.bench.load_generator import InferSender, closed_loop
-from workbench.bench.senders import HttpSender, http_error_message
+from workbench.bench.senders import HttpSender, InferCall, http_error_message
 from workbench.notebook import Workbench
 
 PAIR_ARRAYS = {"A": np.ones((1, 2), np.int32), "B": np.ones((1, 3), np.float32)}
@@ -25,7 +25,7 @@ PAIR_TYPES = {"A": "INT32", "B": "FP32"}
 def sender(bench: Workbench, protocol: str, model: str = "pair", **arrays: Any) -> InferSender:
     url = bench.server.http_address if protocol == "http" else bench.grpc_url
     assert url is not None
-    return InferSender(protocol, url, model, arrays or PAIR_ARRAYS, PAIR_TYPES, ["SUM"])
+    return InferSender(protocol, url, InferCall(model, arrays or PAIR_ARRAYS, PAIR_TYPES, ["SUM"]))
 
 
 def successes(bench: Workbench, model: str) -> int:

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.server.metrics.exposition import Exposition, scrape
+from tests.server.metrics.exposition import Exposition, run_with_metrics, scrape
 from workbench._types import Tensor
 from workbench.backends.tensorrt import gpu_present
-from workbench.core import CoreOptions, InferenceCore
+from workbench.core import InferenceCore
 from workbench.core.request import InferRequest
-from workbench.server.metrics import MetricsOptions, MetricsService
+from workbench.server.metrics import MetricsService
 
 pytestmark = [
     pytest.mark.gpu,
@@ -55,21 +55,6 @@ def _linear_repository(torch: Any, root: Path) -> Any:
     return module
 
 
-def _run(root: Path, body: Any) -> Any:
-    async def main() -> Any:
-        core = InferenceCore(root, CoreOptions(control_mode="explicit", load_models=["linear_gpu"]))
-        service = MetricsService(core, MetricsOptions(interval_ms=50))
-        await core.start()
-        await service.start()
-        try:
-            return await body(core, service)
-        finally:
-            await service.stop()
-            await core.stop()
-
-    return asyncio.run(main())
-
-
 def test_kind_gpu_instances_compute_on_the_device_and_match_cpu(tmp_path: Path) -> None:
     torch = _cuda_torch()
     module = _linear_repository(torch, tmp_path)
@@ -92,7 +77,7 @@ def test_kind_gpu_instances_compute_on_the_device_and_match_cpu(tmp_path: Path) 
         stats = core.statistics("linear_gpu")["model_stats"][0]
         assert stats["inference_stats"]["success"]["count"] == 3
 
-    _run(tmp_path, body)
+    run_with_metrics(tmp_path, ["linear_gpu"], body)
 
 
 def test_gpu_metrics_read_the_real_device(tmp_path: Path) -> None:
@@ -124,4 +109,4 @@ def test_gpu_metrics_read_the_real_device(tmp_path: Path) -> None:
         energy = first.value("nv_energy_consumption", gpu_uuid=uuid)
         assert second.value("nv_energy_consumption", gpu_uuid=uuid) >= energy >= 0
 
-    _run(tmp_path, body)
+    run_with_metrics(tmp_path, ["linear_gpu"], body)

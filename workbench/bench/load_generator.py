@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from workbench.bench.senders import GrpcSender, HttpSender, model_infer_request
+from workbench.bench.senders import GrpcSender, HttpSender, InferCall, model_infer_request
 from workbench.errors import InvalidArgumentError
 
 PROTOCOLS = ("http", "grpc")
@@ -95,48 +95,27 @@ def error_text(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _wire_array(array: np.ndarray, datatype: str) -> np.ndarray:
-    if datatype != "BYTES":
-        from workbench.config.dtypes import numpy_dtype
-
-        return np.ascontiguousarray(array, dtype=numpy_dtype(datatype))
-    flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
-    return np.array(flat, dtype=np.object_).reshape(array.shape)
-
-
 class InferSender:
     """One model's request, encoded once and sent again and again over one protocol
     (``senders``: what tritonclient would send, without its per-request CPU)."""
 
-    def __init__(
-        self,
-        protocol: str,
-        url: str,
-        model: str,
-        arrays: Mapping[str, np.ndarray],
-        datatypes: Mapping[str, str],
-        outputs: Sequence[str],
-        version: str = "",
-    ) -> None:
+    def __init__(self, protocol: str, url: str, call: InferCall) -> None:
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-        self.model = model
-        self.version = version
-        wire = {name: _wire_array(array, datatypes[name]) for name, array in arrays.items()}
+        self.call = call
         self._sender: HttpSender | GrpcSender
         if protocol == "http":
             import tritonclient.http as http
 
             inputs = []
-            for name, array in wire.items():
-                tensor = http.InferInput(name, list(array.shape), datatypes[name])
+            for name, array in call.wire_arrays().items():
+                tensor = http.InferInput(name, list(array.shape), call.datatypes[name])
                 tensor.set_data_from_numpy(array, binary_data=True)
                 inputs.append(tensor)
-            requested = [http.InferRequestedOutput(o, binary_data=True) for o in outputs]
-            self._sender = HttpSender(url, model, inputs, requested, version)
+            requested = [http.InferRequestedOutput(o, binary_data=True) for o in call.outputs]
+            self._sender = HttpSender(url, call.model, inputs, requested, call.version)
         else:
-            request = model_infer_request(model, wire, datatypes, outputs, version)
-            self._sender = GrpcSender(url, request)
+            self._sender = GrpcSender(url, model_infer_request(call))
 
     async def __call__(self) -> None:
         await self._sender()

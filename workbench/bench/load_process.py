@@ -25,14 +25,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import numpy as np
-
 from workbench.bench.load_generator import InferSender, LoadResult, closed_loop, error_text
+from workbench.bench.senders import InferCall
 from workbench.errors import InternalError
 
 #: how often the sweep looks for the worker's answer and for Stop
@@ -51,24 +49,12 @@ class LoadPlan:
 
     protocol: str
     url: str
-    model: str
-    arrays: Mapping[str, np.ndarray]
-    datatypes: Mapping[str, str]
-    outputs: Sequence[str]
-    version: str = ""
+    call: InferCall
     #: names the plan, so the worker keeps one sender (and its connections) across jobs
     token: int = field(default_factory=lambda: next(_plan_tokens))
 
     def sender(self) -> InferSender:
-        return InferSender(
-            self.protocol,
-            self.url,
-            self.model,
-            self.arrays,
-            self.datatypes,
-            self.outputs,
-            version=self.version,
-        )
+        return InferSender(self.protocol, self.url, self.call)
 
 
 @dataclass(frozen=True)

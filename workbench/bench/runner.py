@@ -26,6 +26,7 @@ from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings, plan_concurrency, plan_points
 from workbench.bench.reconfigure import Reconfiguration, reconfiguration
 from workbench.bench.result import SweepResult
+from workbench.bench.senders import InferCall
 from workbench.bench.server_stats import PHASES, StatsSnapshot
 from workbench.bench.synthetic_inputs import synthesize_inputs
 from workbench.bench.trace_session import record_trace
@@ -231,7 +232,7 @@ class SweepRunner:
             url = self.endpoints.grpc
         datatypes = {spec["name"]: spec["datatype"] for spec in metadata["inputs"]}
         outputs = [spec["name"] for spec in metadata["outputs"]]
-        return LoadPlan(self.spec.protocol, url, target, arrays, datatypes, outputs)
+        return LoadPlan(self.spec.protocol, url, InferCall(target, arrays, datatypes, outputs))
 
     def _trace(self, point: SweepPoint, target: str) -> None:
         """Trace requests at this point through the trace extension, one at a time, before

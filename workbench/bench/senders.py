@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -197,20 +198,40 @@ class HttpSender:
 # -- gRPC ------------------------------------------------------------------------------------------
 
 
-def model_infer_request(
-    model: str,
-    arrays: Mapping[str, np.ndarray],
-    datatypes: Mapping[str, str],
-    outputs: Sequence[str],
-    version: str = "",
-) -> bytes:
-    """A serialized ``ModelInferRequest`` carrying ``arrays`` in ``raw_input_contents``."""
+@dataclass(frozen=True)
+class InferCall:
+    """The one request a load sends: ``model`` (``version``: "" for its policy's choice) with
+    ``arrays`` by input name in Triton's ``datatypes``, asking for ``outputs``."""
+
+    model: str
+    arrays: Mapping[str, np.ndarray]
+    datatypes: Mapping[str, str]
+    outputs: Sequence[str]
+    version: str = ""
+
+    def wire_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays as the wire carries them: each datatype's numpy type, contiguous;
+        BYTES as an object array of ``bytes`` (a ``str`` encoded as UTF-8)."""
+        return {name: _wire_array(a, self.datatypes[name]) for name, a in self.arrays.items()}
+
+
+def _wire_array(array: np.ndarray, datatype: str) -> np.ndarray:
+    if datatype != "BYTES":
+        from workbench.config.dtypes import numpy_dtype
+
+        return np.ascontiguousarray(array, dtype=numpy_dtype(datatype))
+    flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
+    return np.array(flat, dtype=np.object_).reshape(array.shape)
+
+
+def model_infer_request(call: InferCall) -> bytes:
+    """A serialized ``ModelInferRequest`` carrying ``call``'s arrays in ``raw_input_contents``."""
     from tritonclient.grpc import service_pb2
     from tritonclient.utils import serialize_byte_tensor
 
-    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
-    for name, array in arrays.items():
-        datatype = datatypes[name]
+    request = service_pb2.ModelInferRequest(model_name=call.model, model_version=call.version)
+    for name, array in call.wire_arrays().items():
+        datatype = call.datatypes[name]
         request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
         if datatype == "BYTES":
             serialized = serialize_byte_tensor(array)
@@ -218,7 +239,7 @@ def model_infer_request(
         else:
             raw = array.tobytes()
         request.raw_input_contents.append(raw)
-    for name in outputs:
+    for name in call.outputs:
         request.outputs.add(name=name)
     return bytes(request.SerializeToString())
 

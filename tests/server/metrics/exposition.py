@@ -1,10 +1,12 @@
-"""The metrics exposition read back, the models and requests the metrics tests use, and a
-fake NVML."""
+"""The metrics exposition read back, a core served with metrics, the models and requests the
+metrics tests use, and a fake NVML."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import textwrap
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from workbench._types import Tensor
+from workbench.core import CoreOptions, InferenceCore
 from workbench.core.request import InferRequest
+from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 
@@ -50,6 +54,30 @@ class Exposition:
 
     def has(self, name: str, **labels: str) -> bool:
         return any(n == name and labels.items() <= lb.items() for n, lb, _ in self.samples)
+
+
+def run_with_metrics(
+    repo: Path,
+    models: list[str],
+    body: Callable[[InferenceCore, MetricsService], Awaitable[Any]],
+    settings: tuple[str, ...] = (),
+) -> Any:
+    """``body(core, service)`` with ``models`` loaded from ``repo`` and a metrics service
+    sampling every 50 ms (``settings``: ``--metrics-config`` values); both stopped after."""
+
+    async def main() -> Any:
+        core = InferenceCore(repo, CoreOptions(control_mode="explicit", load_models=models))
+        options = MetricsOptions(interval_ms=50, config=parse_metrics_config(settings))
+        service = MetricsService(core, options)
+        await core.start()
+        await service.start()
+        try:
+            return await body(core, service)
+        finally:
+            await service.stop()
+            await core.stop()
+
+    return asyncio.run(main())
 
 
 async def scrape(app: Any, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:

@@ -4,52 +4,25 @@ the traffic sent and the statistics extension; custom metrics cross from the stu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.server.metrics.exposition import (
     Exposition,
     fp32_request,
+    run_with_metrics,
     scrape,
     write_metrics_repository,
 )
 from workbench.core import CoreOptions, InferenceCore
 from workbench.errors import UnavailableError, WorkbenchError
-from workbench.server.metrics import MetricsOptions, MetricsService, parse_metrics_config
-
-# --- helpers shared with the conformance test --------------------------------------------------
-
-
-# --- the tests ------------------------------------------------------------------------------
+from workbench.server.metrics import MetricsOptions, MetricsService
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return write_metrics_repository(tmp_path / "models")
-
-
-def run_with_metrics(
-    repo: Path,
-    models: list[str],
-    body: Callable[[InferenceCore, MetricsService], Awaitable[Any]],
-    settings: tuple[str, ...] = (),
-) -> Any:
-    async def main() -> Any:
-        core = InferenceCore(repo, CoreOptions(control_mode="explicit", load_models=models))
-        options = MetricsOptions(interval_ms=50, config=parse_metrics_config(settings))
-        service = MetricsService(core, options)
-        await core.start()
-        await service.start()
-        try:
-            return await body(core, service)
-        finally:
-            await service.stop()
-            await core.stop()
-
-    return asyncio.run(main())
 
 
 def test_counts_failures_and_pending_match_the_traffic(repo: Path) -> None:
