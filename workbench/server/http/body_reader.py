@@ -10,10 +10,10 @@ parser from ``next_parser``, in the state the old one would be in.
 from __future__ import annotations
 
 import asyncio
-import mmap
 from typing import Any, Protocol
 
 import httptools
+import numpy as np
 
 from workbench import shared_buffers
 from workbench.server.http.messages import Body
@@ -34,7 +34,7 @@ class BodyOwner(Protocol):
 
 class BodyReader(asyncio.BufferedProtocol):
     """The transport's protocol while the rest of a large body arrives: each read lands in
-    the body's own buffer (fresh anonymous memory, not zeroed first) at its place. A body of
+    the body's own buffer (from malloc, not zeroed first) at its place. A body of
     ``shared_buffers.SHARED_BYTES`` or more goes into a buffer a stub process can map, so that
     a Python model reads its inputs where they landed (issue #12: one copy of a request)."""
 
@@ -64,13 +64,15 @@ class BodyReader(asyncio.BufferedProtocol):
 
 def _body_buffer(length: int) -> memoryview:
     """A shareable buffer for a large body where one can be made (no descriptor left, say:
-    then the body is copied to the stub as a smaller one is), else anonymous memory."""
+    then the body is copied to the stub as a smaller one is), else memory from malloc
+    (``np.empty``: not zeroed; below 4 MiB from the heap's pages already in use, see
+    ``server/heap.py``, where a fresh mapping per body faulted in and zeroed every page)."""
     if length >= shared_buffers.SHARED_BYTES and shared_buffers.available():
         try:
             return shared_buffers.allocate(length)
         except OSError:
             pass
-    return memoryview(mmap.mmap(-1, length))
+    return np.empty(length, np.uint8).data
 
 
 def next_parser(connection: Any, keep_alive: bool, method: bytes) -> Any:
