@@ -49,12 +49,12 @@ from _harness import (
     PerfSettings,
     machine_info,
     markdown_table,
+    measure,
     ratio,
     results_path,
     workbench_server,
     write_report,
 )
-from _harness import measure as perf_measure
 from large_message_memory import peak_sampler, tree_rss
 
 from tests.integration.peers import Peers, TritonServerProcess, copy_repository, prepare
@@ -213,7 +213,7 @@ class Target:
     urls: dict[str, str]
 
 
-def measure(cell: Cell, target: Target, args: argparse.Namespace, peers: Peers | None) -> Cell:
+def measure_cell(cell: Cell, target: Target, args: argparse.Namespace, peers: Peers | None) -> Cell:
     try:
         with peak_sampler(target.pid, tree_rss) as peak:
             if peers is not None:
@@ -242,7 +242,7 @@ def _with_perf_analyzer(cell: Cell, target: Target, args: argparse.Namespace, pe
         int(args.seconds * 1000), max_trials=6, retry_stability=(25, 50), extra_args=shape
     )
     url = target.urls[cell.protocol]
-    found = perf_measure(
+    found = measure(
         peers, url, cell.model, cell.concurrency, settings, cell.protocol, target.urls["http"]
     )
     if found.error is not None or found.infer_per_s is None or found.p99_ms is None:
@@ -274,7 +274,7 @@ def run_server(
             for size in args.sizes_mib:
                 for concurrency in args.concurrency:
                     cell = Cell(server, model, protocol, size, concurrency)
-                    cells.append(measure(cell, target, args, peers))
+                    cells.append(measure_cell(cell, target, args, peers))
     return cells, idle
 
 
