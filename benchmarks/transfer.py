@@ -102,10 +102,16 @@ GRID: dict[str, Any] = {
 }
 
 
-def write_repository(root: Path) -> Path:
+def write_repository(root: Path, execution_env: str | None = None) -> Path:
+    """The two models under ``root``; with ``execution_env``, both run in that Python
+    environment (``EXECUTION_ENV_PATH``) on either engine."""
     for name, code in MODELS.items():
         (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(CONFIG.format(name=name))
+        config = CONFIG.format(name=name)
+        if execution_env is not None:
+            value = f'value {{ string_value: "{execution_env}" }}'
+            config += f'parameters {{ key: "EXECUTION_ENV_PATH" {value} }}\n'
+        (root / name / "config.pbtxt").write_text(config)
         (root / name / "1" / "model.py").write_text(code.lstrip())
     return root
 
@@ -247,12 +253,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="sweeps per engine (odd)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--label", default="", help="added to the results file's name")
+    parser.add_argument(
+        "--execution-env",
+        help="a Python environment (folder or conda-pack archive) for both models on both "
+        "engines (EXECUTION_ENV_PATH); default: each engine's own interpreter",
+    )
     args = parser.parse_args(argv)
 
     from tests.integration.peers import prepare
 
     tritonserver = str(prepare().tritonserver)
-    root = write_repository(Path(tempfile.mkdtemp(prefix="transfer-")))
+    root = write_repository(Path(tempfile.mkdtemp(prefix="transfer-")), args.execution_env)
     sections = []
     try:
         for name in args.models:
@@ -269,10 +280,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = (
         f"## Run\n\n`python benchmarks/transfer.py --duration-s {args.duration_s:g} "
         f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}`: each point {args.duration_s:g} s "
-        "after a warm-up, the median of the runs. The model processes here run on the "
-        "interpreter below (`sys.executable`); Triton's stubs on the libpython they link."
+        "after a warm-up, the median of the runs. "
+        + (
+            f"Both models have `EXECUTION_ENV_PATH` {args.execution_env} (`--execution-env`): "
+            "the model processes here run on its interpreter, Triton's stubs on the "
+            "libpython they link, with its packages."
+            if args.execution_env
+            else "The model processes here run on the interpreter below (`sys.executable`); "
+            "Triton's stubs on the libpython they link."
+        )
     )
     info = machine_info() | {"python_executable": sys.executable}
+    if args.execution_env:
+        info["execution_env"] = args.execution_env
     body = "\n\n".join([*sections, notes])
     report = f"transfer_{args.label}" if args.label else "transfer"
     write_report(results_path(report), "Sweep transfer", body, info, "")

@@ -27,6 +27,7 @@ from pathlib import Path
 from workbench import shared_buffers, threads
 from workbench.backends.base import ExecRequest, ExecResult, InferenceClient, fail_all
 from workbench.backends.exit_deadline import ExitDeadline
+from workbench.backends.python._execution_env import ExecutionEnv
 from workbench.backends.python._model_loader import ADDED_PATHS
 from workbench.backends.python._model_runner import ModelSpec
 from workbench.backends.python._server_calls import StubCalls
@@ -64,6 +65,8 @@ class StubLaunch:
     client: InferenceClient | None
     #: the server's: bounds the wait for ``finalize`` at exit, and kills the stub past it
     exit_deadline: ExitDeadline = field(default_factory=ExitDeadline)
+    #: the model's ``EXECUTION_ENV_PATH`` environment (None: the server's interpreter)
+    env: ExecutionEnv | None = None
 
 
 def unhealthy(instance_name: str) -> InternalError:
@@ -77,7 +80,7 @@ def unhealthy(instance_name: str) -> InternalError:
 #: ``python -c`` (or ``-m``) would put the working directory first on ``sys.path``, so a
 #: ``workbench`` folder there would be imported instead of the server's own. Dropping that entry
 #: (none is added under ``PYTHONSAFEPATH``) leaves ``PYTHONPATH`` (the server's package root,
-#: see ``_child_env``) first; the model's own import paths, the working directory included,
+#: see ``_child_command``) first; the model's own import paths, the working directory included,
 #: arrive with INIT.
 _BOOT = (
     "import sys, runpy\n"
@@ -86,12 +89,47 @@ _BOOT = (
 )
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[3])  # the folder holding ``workbench/``
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
-    return env
+#: In a model's own environment (``_execution_env``) the server's package root is not put on
+#: ``sys.path``, where it could hold all of the server's packages (a site-packages folder) and
+#: shadow the environment's: ``workbench`` alone is imported from it, then the server's import
+#: paths follow the environment's when both run the same Python version.
+_ENV_BOOT = (
+    "import sys, os, runpy, importlib.util\n"
+    "if not getattr(sys.flags, 'safe_path', False): del sys.path[0]  # -P added none\n"
+    "root = os.environ.pop('WORKBENCH_STUB_ROOT')\n"
+    "later = os.environ.pop('WORKBENCH_STUB_PATHS', '').split(os.pathsep)\n"
+    "sys.path.extend(p for p in later if p and p not in sys.path)\n"
+    "spec = importlib.util.spec_from_file_location('workbench', os.path.join(root, 'workbench', "
+    "'__init__.py'), submodule_search_locations=[os.path.join(root, 'workbench')])\n"
+    "sys.modules['workbench'] = module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "runpy.run_module('workbench.backends.python.stub', run_name='__main__', alter_sys=True)"
+)
+#: the folder holding ``workbench/``
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+
+
+def _server_paths() -> list[str]:
+    """The server's import paths a stub may use ("" as the working directory; not the folders
+    of other models)."""
+    return [p or os.getcwd() for p in sys.path if p not in ADDED_PATHS]
+
+
+def _child_command(
+    env: ExecutionEnv | None, fds: Sequence[int]
+) -> tuple[list[str], dict[str, str]]:
+    """The stub's command line and environment variables."""
+    variables = dict(os.environ)
+    variables["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
+    arguments = [*map(str, fds)]
+    if env is None:
+        path = (_PACKAGE_ROOT, variables.get("PYTHONPATH"))
+        variables["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        return [sys.executable, "-c", _BOOT, *arguments], variables
+    variables["WORKBENCH_STUB_ROOT"] = _PACKAGE_ROOT
+    if env.shares_server_packages:
+        variables["WORKBENCH_STUB_PATHS"] = os.pathsep.join(_server_paths())
+    return env.command(["-c", _ENV_BOOT, *arguments]), env.environ(variables)
 
 
 def _reap(proc: subprocess.Popen[bytes], sock: socket.socket, fds: list[int]) -> None:
@@ -107,6 +145,10 @@ def _reap(proc: subprocess.Popen[bytes], sock: socket.socket, fds: list[int]) ->
     sock.close()
     for fd in fds:
         os.close(fd)
+
+
+def _shares_paths(env: ExecutionEnv | None) -> bool:
+    return env is None or env.shares_server_packages
 
 
 class StubGone(ChannelClosed):
@@ -149,10 +191,11 @@ class StubProcess:
         from_stub = create_region_fd(name="workbench-from-stub")
         fds = (theirs.fileno(), to_stub, from_stub)
         try:
+            command, variables = _child_command(launch.env, fds)
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, *map(str, fds)],
+                command,
                 pass_fds=fds,
-                env=_child_env(),
+                env=variables,
                 stdin=subprocess.DEVNULL,
             )
         except OSError as exc:
@@ -206,7 +249,7 @@ class StubProcess:
             "args": launch.args,
             "client": launch.client is not None,
             # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
-            "sys_path": [p or os.getcwd() for p in sys.path if p not in ADDED_PATHS],
+            "sys_path": _server_paths() if _shares_paths(launch.env) else [os.getcwd()],
             # the stub tries to map it: whether large request bodies reach it without a copy
             "shared_probe": shared_buffers.probe_ref(),
         }

@@ -16,11 +16,15 @@ in model code. In that mode a crash takes the server down, instances share the G
 modules imported by plain name are shared by the models of the process.
 
 ``auto_complete_config`` always runs in the server's process, once, when the model loads.
+
+Triton's ``EXECUTION_ENV_PATH`` parameter (a folder or a conda-pack ``.tar.gz``) runs the
+stubs on that environment's interpreter and packages (``_execution_env``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, ModelInstance
+from workbench.backends.python import _execution_env as execution_env
 from workbench.backends.python import pb_utils
 from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
 from workbench.backends.python._model_loader import load_module, unload_module
@@ -35,6 +40,8 @@ from workbench.backends.python._model_runner import ModelRunner, ModelSpec
 from workbench.backends.python._server_instance import ProcessModelInstance
 from workbench.backends.python._server_stub import StubLaunch
 from workbench.errors import ConfigError, NotFoundError
+
+_log = logging.getLogger(__name__)
 
 #: the config parameter that keeps instances in the server's process
 IN_PROCESS_PARAMETER = "WORKBENCH_IN_PROCESS"
@@ -80,6 +87,7 @@ class PythonBackend:
             return _in_process_instance(context, model_file)
         if not model_file.is_file():
             raise NotFoundError(f"Python model file not found in '{model_file}'")
+        env = execution_env.resolve(context.config, context.model_path)
         launch = StubLaunch(
             instance_name=context.instance_name,
             model_file=model_file,
@@ -87,6 +95,7 @@ class PythonBackend:
             args=initialize_args(context),
             client=context.client,
             exit_deadline=context.exit_deadline,
+            env=env,
         )
         instance = ProcessModelInstance(launch)
         instance.start()
@@ -94,6 +103,13 @@ class PythonBackend:
 
 
 def _in_process_instance(context: InstanceContext, model_file: Path) -> PythonModelInstance:
+    if execution_env.configured_path(context.config, context.model_path) is not None:
+        _log.warning(
+            "model '%s' runs in the server's process (%s): its %s is not used",
+            context.model_name,
+            IN_PROCESS_PARAMETER,
+            execution_env.PARAMETER,
+        )
     module = load_module(context.model_name, model_file)
     scope = pb_utils._ModelScope(str(model_file.parent), context.client)
     instance = PythonModelInstance(context, module, scope)
