@@ -104,7 +104,7 @@ GRID: dict[str, Any] = {
 
 def write_repository(root: Path, execution_env: str | None = None) -> Path:
     """The two models under ``root``; with ``execution_env``, both run in that Python
-    environment (``EXECUTION_ENV_PATH``) on either engine."""
+    environment (``EXECUTION_ENV_PATH``)."""
     for name, code in MODELS.items():
         (root / name / "1").mkdir(parents=True)
         config = CONFIG.format(name=name)
@@ -255,15 +255,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="added to the results file's name")
     parser.add_argument(
         "--execution-env",
-        help="a Python environment (folder or conda-pack archive) for both models on both "
-        "engines (EXECUTION_ENV_PATH); default: each engine's own interpreter",
+        help="a Python environment (folder or conda-pack archive) for both models on the "
+        "workbench (EXECUTION_ENV_PATH): one whose python is the build Triton's stub links "
+        "(here: a venv of /usr/bin/python3 with numpy); default: sys.executable",
     )
     args = parser.parse_args(argv)
 
     from tests.integration.peers import prepare
 
     tritonserver = str(prepare().tritonserver)
-    root = write_repository(Path(tempfile.mkdtemp(prefix="transfer-")), args.execution_env)
+    # Triton's stub embeds the system's libpython whatever the model's environment (and the
+    # pytriton build here fails to import numpy under any EXECUTION_ENV_PATH, 2026-11-26):
+    # the environment is given to the workbench's models only.
+    root = Path(tempfile.mkdtemp(prefix="transfer-"))
+    roots = {
+        "workbench": write_repository(root / "workbench", args.execution_env),
+        "tritonserver": write_repository(root / "tritonserver"),
+    }
     sections = []
     try:
         for name in args.models:
@@ -271,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 order = ENGINES if repeat % 2 == 0 else ENGINES[::-1]
                 for engine in order:
-                    rows = sweep_once(root, name, engine, tritonserver, args.duration_s)
+                    rows = sweep_once(roots[engine], name, engine, tritonserver, args.duration_s)
                     runs[engine].append(rows)
             sections.append(_section(name, runs, args.p99_ms))
             print(sections[-1], flush=True)
@@ -279,12 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     notes = (
         f"## Run\n\n`python benchmarks/transfer.py --duration-s {args.duration_s:g} "
-        f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}`: each point {args.duration_s:g} s "
+        f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}"
+        + (f" --execution-env {args.execution_env}" if args.execution_env else "")
+        + f"`: each point {args.duration_s:g} s "
         "after a warm-up, the median of the runs. "
         + (
-            f"Both models have `EXECUTION_ENV_PATH` {args.execution_env} (`--execution-env`): "
-            "the model processes here run on its interpreter, Triton's stubs on the "
-            "libpython they link, with its packages."
+            f"The workbench's models have `EXECUTION_ENV_PATH` {args.execution_env} "
+            "(`--execution-env`): the model processes here run on its interpreter; Triton's "
+            "stubs on the libpython they link."
             if args.execution_env
             else "The model processes here run on the interpreter below (`sys.executable`); "
             "Triton's stubs on the libpython they link."

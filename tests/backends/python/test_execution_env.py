@@ -7,6 +7,8 @@ tritonserver 2.51's, seen on the same repository (2026-11-26).
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import sys
 import tarfile
@@ -73,7 +75,9 @@ def make_env(root: Path) -> Path:
     one named like a module on the server's path."""
     venv.create(root, with_pip=False, symlinks=True)
     with (root / "bin" / "activate").open("a") as activate:
-        activate.write("\nexport ENV_TEST_ACTIVATED=yes\n")
+        # sourced with arguments, a conda ``activate`` would hand them to ``conda activate``:
+        # Triton sources it with none, so this one refuses any
+        activate.write('\n[ "$#" -eq 0 ] || return 1\nexport ENV_TEST_ACTIVATED=yes\n')
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = root / "lib" / version / "site-packages"
     (site / "envonly.py").write_text("WHERE = 'env'\n")
@@ -174,6 +178,32 @@ def test_a_changed_archive_is_extracted_again_in_the_same_place(tmp_path: Path, 
     second = execution_env.resolve(config, tmp_path / "m")
     assert second is not None and second.root == first.root
     assert (second.root / "added.txt").read_text() == "new\n"
+
+
+def test_an_archive_that_fails_to_extract_leaves_nothing_for_the_next_one(
+    tmp_path: Path, env: Path
+) -> None:
+    """The broken archive's members extracted before the error are removed, and the next
+    archive gets a folder of its own."""
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "a.txt").write_text("x\n")
+    member = io.BytesIO()
+    with tarfile.open(fileobj=member, mode="w") as archive:
+        archive.add(junk, arcname="junk")
+    broken = tmp_path / "broken.tar.gz"  # its member, then bytes that are not gzip
+    broken.write_bytes(gzip.compress(member.getvalue()[:1536]) + b"not gzip")
+    config = load_config(write_model(tmp_path, "m", _pbtxt(str(broken)), {}))
+    with pytest.raises(InternalError, match="Failed to extract the Python execution environment"):
+        execution_env.resolve(config, tmp_path / "m")
+    good = tmp_path / "good.tar.gz"
+    with tarfile.open(good, "w:gz") as archive:
+        archive.add(env, arcname=".")
+    config = load_config(write_model(tmp_path, "n", _pbtxt(str(good)), {}))
+    resolved = execution_env.resolve(config, tmp_path / "n")
+    assert resolved is not None and (resolved.root / "bin" / "activate").exists()
+    assert not (resolved.root / "junk").exists()
+    assert not any((folder / "junk").exists() for folder in resolved.root.parent.iterdir())
 
 
 def test_a_path_that_does_not_exist_fails_the_load_with_tritons_message(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ protobuf, tritonclient): ``workbench`` is always the server's own package; when 
 environment's Python has the server's major.minor version, the server's import paths follow
 the environment's, so whatever the environment lacks comes from the server's environment
 (Triton would fail such an import). An environment on another Python version must provide
-them itself (``pip install triton-workbench`` there).
+them itself (``pip install triton-workbench`` there); the server's ``PYTHONPATH``, if set,
+is passed on unchanged, as Triton passes its environment.
 
 Why it matters beyond compatibility: a CPU-bound Python model runs at the speed of the
 interpreter that runs it, and the sweeps here predict a Triton whose stub embeds another
@@ -26,6 +27,7 @@ transfer).
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -71,7 +73,11 @@ class ExecutionEnv:
     def command(self, arguments: list[str]) -> list[str]:
         """The stub's command line: the interpreter with ``arguments``, the environment
         activated first, as Triton starts its stub."""
-        script = 'source "$1" && shift && exec "$@"'
+        # ``source`` without arguments of its own would hand the script ours (a conda
+        # ``activate`` passes them on to ``conda activate``): Triton's has none.
+        script = (
+            'activate=$1; shift; command=("$@"); set --; source "$activate" && exec "${command[@]}"'
+        )
         return ["bash", "-c", script, "bash", str(self.activate), str(self.python), *arguments]
 
     def environ(self, base: dict[str, str]) -> dict[str, str]:
@@ -108,15 +114,22 @@ class _Environments:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._base: Path | None = None
+        self._folders = itertools.count()
         #: canonical path -> (environment, modification time of the path when read)
         self._known: dict[str, tuple[ExecutionEnv, float]] = {}
+
+    def remove_extracted(self) -> None:
+        """Delete the extracted archives (at exit: this module is imported with the server,
+        before any server registers its own stop, so this runs after those)."""
+        if self._base is not None:
+            shutil.rmtree(self._base, ignore_errors=True)
 
     def get(self, path: str) -> ExecutionEnv:
         canonical = os.path.realpath(path)
         if not os.path.exists(canonical):
             raise InternalError(f"Failed to get the canonical path for {path}.")
-        modified = os.stat(canonical).st_mtime
         with self._lock:  # instances of one model start on several threads
+            modified = os.stat(canonical).st_mtime  # read under the lock: one extraction each
             known = self._known.get(canonical)
             if known is not None and known[1] == modified:
                 return known[0]
@@ -132,13 +145,13 @@ class _Environments:
             shutil.rmtree(previous, ignore_errors=True)
         if self._base is None:
             self._base = Path(tempfile.mkdtemp(prefix="python_env_"))
-            atexit.register(shutil.rmtree, self._base, True)
-        target = previous or self._base / str(len(self._known))
+        target = previous or self._base / str(next(self._folders))
         target.mkdir(parents=True, exist_ok=True)
         try:
             with tarfile.open(archive) as bundle:
                 _extract_all(bundle, target)
         except (OSError, tarfile.TarError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
             raise InternalError(
                 f"Failed to extract the Python execution environment {archive}: {exc}"
             ) from exc
@@ -178,3 +191,4 @@ def _inspect(root: Path) -> ExecutionEnv:
 
 
 _ENVIRONMENTS = _Environments()
+atexit.register(_ENVIRONMENTS.remove_extracted)
