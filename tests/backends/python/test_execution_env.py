@@ -244,3 +244,45 @@ def test_another_python_version_gets_workbench_but_not_the_servers_packages(env:
     same = execution_env.ExecutionEnv(env, env / "bin" / "python3", sys.version_info[:2])
     _, variables = _server_stub._child_command(same, [3, 4, 5])
     assert sys.prefix in variables["WORKBENCH_STUB_PATHS"]
+
+
+#: imports at its top a module that only the environment has, and completes the config
+COMPLETING_MODEL = """
+import envonly
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_output({"name": "FROM_" + envonly.WHERE.upper(), "data_type": "TYPE_FP32",
+                           "dims": [1]})
+        config.set_max_batch_size(4)
+        return config
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_auto_complete_runs_in_the_environment(tmp_path: Path, env: Path) -> None:
+    """As Triton's auto-complete stub: a ``model.py`` whose imports only its environment has
+    completes its configuration there (in the server's process its import would fail)."""
+    folder = write_model(tmp_path, "m", _pbtxt(str(env)), {"1/model.py": COMPLETING_MODEL})
+    config = load_config(folder)
+    PythonBackend().auto_complete(config, folder, folder / "1")
+    assert config.max_batch_size == 4
+    assert [output.name for output in config.output] == ["OUT", "FROM_ENV"]
+    assert config.parameters["EXECUTION_ENV_PATH"].string_value == str(env)
+
+
+def test_a_model_failing_at_import_in_the_environment_fails_with_tritons_wording(
+    tmp_path: Path, env: Path
+) -> None:
+    model = "import envonly\nraise RuntimeError('boom from ' + envonly.WHERE)\n"
+    folder = write_model(tmp_path, "m", _pbtxt(str(env)), {"1/model.py": model})
+    with pytest.raises(InternalError) as raised:
+        PythonBackend().auto_complete(load_config(folder), folder, folder / "1")
+    message = raised.value.message
+    assert message.startswith("RuntimeError: boom from env\n\nAt:\n")
+    assert f"  {folder / '1' / 'model.py'}(2): <module>\n" in message

@@ -103,8 +103,11 @@ _ENV_BOOT = (
     "'__init__.py'), submodule_search_locations=[os.path.join(root, 'workbench')])\n"
     "sys.modules['workbench'] = module = importlib.util.module_from_spec(spec)\n"
     "spec.loader.exec_module(module)\n"
-    "runpy.run_module('workbench.backends.python.stub', run_name='__main__', alter_sys=True)"
+    "runpy.run_module(os.environ.pop('WORKBENCH_STUB_MODULE'), run_name='__main__', "
+    "alter_sys=True)"
 )
+#: what a stub process runs
+STUB_MODULE = "workbench.backends.python.stub"
 #: the folder holding ``workbench/``
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -119,14 +122,25 @@ def _child_command(
     env: ExecutionEnv | None, fds: Sequence[int]
 ) -> tuple[list[str], dict[str, str]]:
     """The stub's command line and environment variables."""
-    variables = dict(os.environ)
-    variables["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
     arguments = [*map(str, fds)]
     if env is None:
+        variables = dict(os.environ)
+        variables["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
         path = (_PACKAGE_ROOT, variables.get("PYTHONPATH"))
         variables["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         return [sys.executable, "-c", _BOOT, *arguments], variables
+    return env_command(env, STUB_MODULE, arguments)
+
+
+def env_command(
+    env: ExecutionEnv, module: str, arguments: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment variables that run ``module`` as ``__main__`` in
+    ``env`` (its ``workbench`` the server's; see ``_ENV_BOOT``)."""
+    variables = dict(os.environ)
+    variables["PYTHONUNBUFFERED"] = "1"
     variables["WORKBENCH_STUB_ROOT"] = _PACKAGE_ROOT
+    variables["WORKBENCH_STUB_MODULE"] = module
     if env.shares_server_packages:
         variables["WORKBENCH_STUB_PATHS"] = os.pathsep.join(_server_paths())
     return env.command(["-c", _ENV_BOOT, *arguments]), env.environ(variables)

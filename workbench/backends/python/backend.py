@@ -15,10 +15,10 @@ the instance's worker thread, so a ``breakpoint()`` or a debugger attached to th
 in model code. In that mode a crash takes the server down, instances share the GIL, and helper
 modules imported by plain name are shared by the models of the process.
 
-``auto_complete_config`` always runs in the server's process, once, when the model loads.
-
-Triton's ``EXECUTION_ENV_PATH`` parameter (a folder or a conda-pack ``.tar.gz``) runs the
-stubs on that environment's interpreter and packages (``_execution_env``).
+``auto_complete_config`` runs once when the model loads, in the server's process, or with
+Triton's ``EXECUTION_ENV_PATH`` parameter (a folder or a conda-pack ``.tar.gz``) in that
+environment (``_env_auto_complete``), whose interpreter and packages also run the stubs
+(``_execution_env``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, ModelInstance
+from workbench.backends.python import _env_auto_complete as env_auto_complete
 from workbench.backends.python import _execution_env as execution_env
 from workbench.backends.python import pb_utils
 from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
@@ -70,15 +71,14 @@ class PythonBackend:
         """Call ``TritonPythonModel.auto_complete_config`` (if defined) and keep its result."""
         if not config.name:
             config.name = model_path.name
-        module = load_module(config.name, _model_file(config, version_path))
-        try:
-            model_class = module.TritonPythonModel
-            if not hasattr(model_class, "auto_complete_config"):
-                return
-            completed = _run_auto_complete(model_class, config, version_path)
-        finally:
-            unload_module(module)
-        config.CopyFrom(config_from_dict(completed))
+        model_file = _model_file(config, version_path)
+        env = None if runs_in_process(config) else execution_env.resolve(config, model_path)
+        if env is None:
+            completed = auto_complete_here(config, model_file, version_path)
+        else:  # as Triton's auto-complete stub: the model's imports may exist only there
+            completed = env_auto_complete.run(env, config, model_file, version_path)
+        if completed is not None:
+            config.CopyFrom(config_from_dict(completed))
 
     def create_instance(self, context: InstanceContext) -> ModelInstance:
         """Start the instance's stub process (or import in-process) and run ``initialize``."""
@@ -119,6 +119,21 @@ def _in_process_instance(context: InstanceContext, model_file: Path) -> PythonMo
         instance.discard()
         raise
     return instance
+
+
+def auto_complete_here(
+    config: model_config_pb2.ModelConfig, model_file: Path, version_path: Path
+) -> dict[str, Any] | None:
+    """The model's ``auto_complete_config`` result, run in this process (None: the model has
+    none)."""
+    module = load_module(config.name, model_file)
+    try:
+        model_class = module.TritonPythonModel
+        if not hasattr(model_class, "auto_complete_config"):
+            return None
+        return _run_auto_complete(model_class, config, version_path)
+    finally:
+        unload_module(module)
 
 
 def _run_auto_complete(
