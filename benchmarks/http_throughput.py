@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -144,6 +145,27 @@ def _ratio_rows(results: Sequence[Series], concurrencies: Sequence[int]) -> list
     return rows
 
 
+def ratio_summary(runs: Sequence[Sequence[Series]], concurrencies: Sequence[int]) -> str:
+    """Workbench / Triton throughput per run and their median, per concurrency."""
+    header = ["run", *(f"c={c} infer/s ratio" for c in concurrencies)]
+    per_c: dict[int, list[float]] = {c: [] for c in concurrencies}
+    rows = []
+    for index, one_run in enumerate(runs, start=1):
+        by_name = {series.server: series for series in one_run}
+        if TRITON not in by_name or WORKBENCH not in by_name:
+            continue
+        row = [str(index)]
+        for c in concurrencies:
+            ours, theirs = by_name[WORKBENCH].at(c).infer_per_s, by_name[TRITON].at(c).infer_per_s
+            row.append(ratio(ours, theirs))
+            if ours is not None and theirs:
+                per_c[c].append(ours / theirs)
+        rows.append(row)
+    medians = [f"{statistics.median(per_c[c]):.2f}x" if per_c[c] else "n/a" for c in concurrencies]
+    rows.append(["median", *medians])
+    return "Workbench / Triton, per run:\n\n" + markdown_table(header, rows)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
@@ -153,6 +175,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-trials", type=int, default=None)
     parser.add_argument("--servers", nargs="+", choices=tuple(_LABELS),
                         default=["triton", "workbench"])  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of the servers, taking turns (ABBA...); the report adds "
+                        "each run's ratios and their median")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="default: results/<date>_<protocol>_throughput.md")  # fmt: skip
@@ -190,15 +215,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = machine_info()
     # Kept after the run: the server logs are the first thing to read when a request fails.
     workdir = Path(tempfile.mkdtemp(prefix=f"{args.protocol}-throughput-"))
-    results = [run_server(name, run, workdir) for name in args.servers]
-    table = format_table(results, concurrencies)
+    runs = []
+    for index in range(args.repeats):  # in turns: a slow minute of the machine hits both
+        order = args.servers if index % 2 == 0 else args.servers[::-1]
+        done = {name: run_server(name, run, workdir / f"run{index + 1}") for name in order}
+        runs.append([done[name] for name in args.servers])
+        print(f"\nrun {index + 1}:\n{format_table(runs[-1], concurrencies)}", flush=True)
+    results = [series for one_run in runs for series in one_run]
+    tables = "\n\n".join(
+        (f"Run {index + 1}:\n\n" if len(runs) > 1 else "") + format_table(one_run, concurrencies)
+        for index, one_run in enumerate(runs)
+    )
+    if len(runs) > 1:
+        tables += "\n\n" + ratio_summary(runs, concurrencies)
     errors = errors_section(results)
-    print(f"\n{table}\n\nserver logs: {workdir}")
+    print(f"\n{tables}\n\nserver logs: {workdir}")
     if errors:
         print(errors)
     body = (
         f"Model `{MODEL}` from `tests/assets/conformance_repo` (Python backend, dynamic "
-        f"batching); {settings.describe(args.protocol)}; servers run one at a time.\n\n{table}"
+        f"batching); {settings.describe(args.protocol)}; servers run one at a time"
+        + (f", {len(runs)} runs taking turns" if len(runs) > 1 else "")
+        + f".\n\n{tables}"
     )
     title = f"{'gRPC' if grpc else 'HTTP'} throughput: Triton {TRITON_VERSION} vs workbench"
     markdown = args.markdown or results_path(f"{args.protocol}_throughput")
