@@ -69,6 +69,30 @@ def test_promotes_the_example_repository_with_hashes_and_clean_configs(
     assert json.loads((dest / "PROMOTE_REPORT.json").read_text())["committed"] is True
 
 
+def test_an_execution_environment_in_the_model_folder_travels_and_one_outside_is_noted(
+    source: Path, tmp_path: Path
+) -> None:
+    inside = "$$TRITON_MODEL_DIRECTORY/env.tar.gz"
+    for name, path in (("text_python", inside), ("preprocess", "/opt/envs/preprocess")):
+        config = source / name / "config.pbtxt"
+        parameter = f'parameters {{ key: "EXECUTION_ENV_PATH" value {{ string_value: "{path}" }} }}'
+        config.write_text(config.read_text() + parameter + "\n")
+    (source / "text_python" / "env.tar.gz").write_bytes(b"an archive")
+    dest = tmp_path / "prod"
+
+    report = promote(source, dest, models=["text_python", "preprocess"], verify=False)
+
+    assert (dest / "text_python" / "env.tar.gz").read_bytes() == b"an archive"
+    exported = read_config(dest / "text_python" / "config.pbtxt")
+    assert exported.parameters["EXECUTION_ENV_PATH"].string_value == inside
+    outside = [note for note in report.notes if "EXECUTION_ENV_PATH" in note]
+    assert outside == [
+        "model 'preprocess': EXECUTION_ENV_PATH '/opt/envs/preprocess' is outside the model "
+        "folder and was not exported; Triton needs that environment at that path (or put it "
+        "in the model folder and name it '$$TRITON_MODEL_DIRECTORY/...')"
+    ]
+
+
 def test_an_ensemble_brings_its_composing_models(source: Path, tmp_path: Path) -> None:
     report = promote(source, tmp_path / "prod", models=["text_classifier"], verify=False)
     assert sorted(m.model for m in report.models) == [

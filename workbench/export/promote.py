@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
 from workbench._types import StrPath
 from workbench._version import __version__
 from workbench.config import backend_name, read_config
@@ -71,6 +73,8 @@ class _Staged:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: list[PromotedModel] = field(default_factory=list)
     targets: list[VerifyTarget] = field(default_factory=list)
+    #: what the report should tell about the staged models
+    notes: list[str] = field(default_factory=list)
 
 
 def promote(
@@ -203,7 +207,22 @@ def _stage(
         )  # fmt: skip
         newest = max(version_map)
         staged.targets.append(VerifyTarget(name, newest, version_map[newest], config))
+        staged.notes += environment_notes(name, config)
     return staged
+
+
+def environment_notes(name: str, config: ModelConfig) -> list[str]:
+    """A python model's ``EXECUTION_ENV_PATH`` outside its folder does not travel with the
+    export: production's Triton must find it at the same path."""
+    parameter = config.parameters.get("EXECUTION_ENV_PATH")
+    path = parameter.string_value if parameter is not None else ""
+    if not path or path.startswith("$$TRITON_MODEL_DIRECTORY"):
+        return []
+    return [
+        f"model '{name}': EXECUTION_ENV_PATH '{path}' is outside the model folder and was not "
+        "exported; Triton needs that environment at that path (or put it in the model folder "
+        "and name it '$$TRITON_MODEL_DIRECTORY/...')"
+    ]
 
 
 def _report(
@@ -224,6 +243,7 @@ def _report(
         )
     if binary is not None:
         report.notes += list(binary.problems)
+    report.notes += staged.notes
     return report
 
 
