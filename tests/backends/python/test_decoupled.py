@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +119,6 @@ class Stream:
         result, final = self.items[-1]
         assert final and result is not None and isinstance(result.error, InternalError)
         return result.error.message
-
-
-@pytest.fixture
-def instances() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for instance in made:
-        instance.close()
 
 
 def _instance(repo: Path, made: list[Any], in_process: bool, model: str = MODEL) -> Any:

@@ -13,7 +13,6 @@ import os
 import sys
 import tarfile
 import venv
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +97,6 @@ def server_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (folder / "shadowed.py").write_text("WHERE = 'server'\n")
     monkeypatch.syspath_prepend(str(folder))
     return folder
-
-
-@pytest.fixture
-def instances() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for instance in made:
-        instance.close()
 
 
 def _facts(folder: Path, made: list[Any]) -> dict[str, str]:

@@ -9,7 +9,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,15 +113,6 @@ def ping_pong(params):
 SPIN_LOOPS = 3_000_000
 #: turns each instance takes in the ping-pong: ~0.1 s on two cores, minutes on one
 PING_PONG = 20_000
-
-
-@pytest.fixture
-def instances() -> Iterator[list[Any]]:
-    """Instances made by a test, closed at its end whatever happened."""
-    made: list[Any] = []
-    yield made
-    for instance in made:
-        instance.close()
 
 
 def _make(repo: Path, made: list[Any], name: str = "m", pbtxt: str = PBTXT, **kwargs: Any) -> Any:
