@@ -17,7 +17,7 @@ modules imported by plain name are shared by the models of the process.
 
 ``auto_complete_config`` runs once when the model loads, in the server's process, or with
 Triton's ``EXECUTION_ENV_PATH`` parameter (a folder or a conda-pack ``.tar.gz``) in that
-environment (``_env_auto_complete``), whose interpreter and packages also run the stubs
+environment (``_auto_complete``), whose interpreter and packages also run the stubs
 (``_execution_env``).
 """
 
@@ -32,15 +32,15 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2
 
 from workbench.backends.base import ExecRequest, ExecResult, InstanceContext, ModelInstance
-from workbench.backends.python import _env_auto_complete as env_auto_complete
+from workbench.backends.python import _auto_complete as auto_complete
 from workbench.backends.python import _execution_env as execution_env
 from workbench.backends.python import pb_utils
-from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
-from workbench.backends.python._model_loader import load_module, unload_module
+from workbench.backends.python._model_config import config_from_dict, config_to_dict
+from workbench.backends.python._model_loader import load_module
 from workbench.backends.python._model_runner import ModelRunner, ModelSpec
 from workbench.backends.python._server_instance import ProcessModelInstance
 from workbench.backends.python._server_stub import StubLaunch
-from workbench.errors import ConfigError, NotFoundError
+from workbench.errors import NotFoundError
 
 _log = logging.getLogger(__name__)
 
@@ -74,9 +74,9 @@ class PythonBackend:
         model_file = _model_file(config, version_path)
         env = None if runs_in_process(config) else execution_env.resolve(config, model_path)
         if env is None:
-            completed = auto_complete_here(config, model_file, version_path)
+            completed = auto_complete.here(config, model_file, version_path)
         else:  # as Triton's auto-complete stub: the model's imports may exist only there
-            completed = env_auto_complete.run(env, config, model_file, version_path)
+            completed = auto_complete.in_env(env, config, model_file, version_path)
         if completed is not None:
             config.CopyFrom(config_from_dict(completed))
 
@@ -119,41 +119,6 @@ def _in_process_instance(context: InstanceContext, model_file: Path) -> PythonMo
         instance.discard()
         raise
     return instance
-
-
-def auto_complete_here(
-    config: model_config_pb2.ModelConfig, model_file: Path, version_path: Path
-) -> dict[str, Any] | None:
-    """The model's ``auto_complete_config`` result, run in this process (None: the model has
-    none)."""
-    module = load_module(config.name, model_file)
-    try:
-        model_class = module.TritonPythonModel
-        if not hasattr(model_class, "auto_complete_config"):
-            return None
-        return _run_auto_complete(model_class, config, version_path)
-    finally:
-        unload_module(module)
-
-
-def _run_auto_complete(
-    model_class: Any, config: model_config_pb2.ModelConfig, version_path: Path
-) -> dict[str, Any]:
-    token = pb_utils._scope.set(pb_utils._ModelScope(str(version_path)))
-    try:
-        result = model_class.auto_complete_config(ModelConfig(config_to_dict(config)))
-    except Exception as exc:
-        raise ConfigError(
-            f"auto-complete failed for model '{config.name}': {type(exc).__name__}: {exc}"
-        ) from exc
-    finally:
-        pb_utils._scope.reset(token)
-    if not isinstance(result, ModelConfig):
-        raise ConfigError(
-            f"auto_complete_config function in model '{config.name}' must return a valid "
-            "pb.ModelConfig object."
-        )
-    return result.as_dict()
 
 
 def initialize_args(context: InstanceContext) -> dict[str, str]:

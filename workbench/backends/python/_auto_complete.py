@@ -1,10 +1,10 @@
-"""``auto_complete_config`` of a model with an ``EXECUTION_ENV_PATH``, run in that environment.
+"""A python model's ``auto_complete_config``: in the server's process, or in its environment.
 
 Triton runs a model's auto-complete in a stub of its own (``AUTOCOMPLETE_STUB``, started with
 the model's environment like the instances' stubs), so a ``model.py`` that imports a package
 only that environment has loads there. Without an environment our server imports the model in
-its own process (``backend.auto_complete_here``); with one, ``run`` starts the environment's
-interpreter on this module, which does the same there and answers in JSON:
+its own process (``here``); with one, ``in_env`` starts the environment's interpreter on this
+module, which does the same there and answers in JSON:
 
 - stdin: ``{"config": <the configuration as JSON>, "model_file": ..., "version_path": ...}``
 - stdout: ``{"config": <the completed configuration or null>}`` or ``{"error": [category,
@@ -22,16 +22,53 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
+from workbench.backends.python import pb_utils
 from workbench.backends.python._execution_env import ExecutionEnv
-from workbench.backends.python._model_config import config_from_dict, config_to_dict
+from workbench.backends.python._model_config import ModelConfig, config_from_dict, config_to_dict
+from workbench.backends.python._model_loader import load_module, unload_module
 from workbench.backends.python._server_stub import env_command
 from workbench.backends.python._wire_messages import error_from_wire, error_to_wire
-from workbench.errors import InternalError
+from workbench.errors import ConfigError, InternalError
 
-_MODULE = "workbench.backends.python._env_auto_complete"
+_MODULE = "workbench.backends.python._auto_complete"
 
 
-def run(
+def here(
+    config: model_config_pb2.ModelConfig, model_file: Path, version_path: Path
+) -> dict[str, Any] | None:
+    """The model's ``auto_complete_config`` result, run in this process (None: the model has
+    none)."""
+    module = load_module(config.name, model_file)
+    try:
+        model_class = module.TritonPythonModel
+        if not hasattr(model_class, "auto_complete_config"):
+            return None
+        return _run_auto_complete(model_class, config, version_path)
+    finally:
+        unload_module(module)
+
+
+def _run_auto_complete(
+    model_class: Any, config: model_config_pb2.ModelConfig, version_path: Path
+) -> dict[str, Any]:
+    token = pb_utils._scope.set(pb_utils._ModelScope(str(version_path)))
+    try:
+        result = model_class.auto_complete_config(ModelConfig(config_to_dict(config)))
+    except Exception as exc:
+        raise ConfigError(
+            f"auto-complete failed for model '{config.name}': {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        pb_utils._scope.reset(token)
+    if not isinstance(result, ModelConfig):
+        raise ConfigError(
+            f"auto_complete_config function in model '{config.name}' must return a valid "
+            "pb.ModelConfig object."
+        )
+    return result.as_dict()
+
+
+def in_env(
     env: ExecutionEnv,
     config: model_config_pb2.ModelConfig,
     model_file: Path,
@@ -64,14 +101,10 @@ def run(
 
 def main() -> int:
     """The environment's side: answer one question on stdin (see the module's docstring)."""
-    from workbench.backends.python.backend import auto_complete_here
-
     question = json.load(sys.stdin)
     try:
         config = config_from_dict(question["config"])
-        completed = auto_complete_here(
-            config, Path(question["model_file"]), Path(question["version_path"])
-        )
+        completed = here(config, Path(question["model_file"]), Path(question["version_path"]))
         answer: dict[str, Any] = {"config": completed}
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the server
         answer = {"error": error_to_wire(exc)}
