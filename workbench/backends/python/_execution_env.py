@@ -6,7 +6,8 @@ the canonical path, extracts a ``.tar.gz`` (a conda-pack archive) once into a te
 (again when the archive's modification time changes; a folder is used as it is), requires
 ``<env>/bin/activate`` and starts the stub with ``source <env>/bin/activate && exec env
 LD_LIBRARY_PATH=<env>/lib:$LD_LIBRARY_PATH <stub>``. The errors below are tritonserver 2.51's
-words for a path that does not exist and an environment without ``activate``.
+words for a path that does not exist and an environment without ``activate``; what was observed
+is in ``docs/python-execution-env-facts.md``.
 
 Our stub is Python rather than a binary that embeds ``libpython``, so it runs on the
 environment's own ``bin/python3``: the model's code runs on that interpreter and imports the
