@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import sys
 import tarfile
@@ -151,14 +152,19 @@ def test_the_model_directory_keyword_and_a_conda_pack_archive(
     assert Path(_facts(folder, instances)["prefix"]) == extracted
 
 
-def test_a_changed_archive_is_extracted_again_in_the_same_place(tmp_path: Path, env: Path) -> None:
+def test_a_changed_archive_is_extracted_again_in_the_same_place(
+    tmp_path: Path, env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     archive_path = tmp_path / "env.tar.gz"
     with tarfile.open(archive_path, "w:gz") as archive:
         archive.add(env, arcname=".")
     config = load_config(write_model(tmp_path, "m", _pbtxt(str(archive_path)), {}))
-    first = execution_env.resolve(config, tmp_path / "m")
-    assert first is not None and not (first.root / "added.txt").exists()
-    assert execution_env.resolve(config, tmp_path / "m") == first
+    with caplog.at_level(logging.INFO, logger="workbench.backends.python"):
+        first = execution_env.resolve(config, tmp_path / "m")
+        assert first is not None and not (first.root / "added.txt").exists()
+        assert execution_env.resolve(config, tmp_path / "m") == first
+    used = [r.getMessage() for r in caplog.records if "execution env" in r.getMessage()]
+    assert used == [f"Using Python execution env {archive_path} ({first.python})"]  # once
     added = tmp_path / "added.txt"
     added.write_text("new\n")
     with tarfile.open(archive_path, "w:gz") as archive:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import os
 import shutil
 import subprocess
@@ -47,6 +48,7 @@ from workbench.errors import InternalError
 PARAMETER = "EXECUTION_ENV_PATH"
 #: replaced by the model's folder, as Triton does
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
+_log = logging.getLogger("workbench.backends.python")
 _VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
 
 
@@ -139,6 +141,7 @@ class _Environments:
                 root = self._extract(root, known[0].root if known is not None else None)
             env = _inspect(root)
             self._known[canonical] = (env, modified)
+            _log.info("Using Python execution env %s (%s)", path, env.python)  # Triton's words
             return env
 
     def _extract(self, archive: Path, previous: Path | None) -> Path:
