@@ -14,6 +14,10 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 ENSEMBLE_PLATFORM = "ensemble"
 PYTHON_BACKEND = "python"
 PYTHON_FILENAME = "model.py"
+#: the python backend's parameter naming a model's Python environment, and the keyword in its
+#: value that Triton replaces with the model's folder (``python_be.cc``)
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+MODEL_DIRECTORY_KEYWORD = "$$TRITON_MODEL_DIRECTORY"
 
 #: backend -> the platforms Triton accepts with it, each with its default model file name.
 #: The first platform is the one auto-completion picks when only the backend is given.
@@ -40,6 +44,14 @@ BACKEND_FILES: tuple[tuple[str, str], ...] = (
     ("model.pt", "pytorch"),
     ("model.py", PYTHON_BACKEND),
 )
+
+
+def execution_env_path(config: ModelConfig, model_path: Path) -> str | None:
+    """The model's ``EXECUTION_ENV_PATH``, its model-directory keyword replaced (None: unset)."""
+    parameter = config.parameters.get(EXECUTION_ENV_PARAMETER)
+    if parameter is None or not parameter.string_value:
+        return None
+    return parameter.string_value.replace(MODEL_DIRECTORY_KEYWORD, str(model_path), 1)
 
 
 def is_ensemble(config: ModelConfig) -> bool:

@@ -19,6 +19,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from workbench._types import StrPath
 from workbench._version import __version__
 from workbench.config import backend_name, read_config
+from workbench.config.platforms import EXECUTION_ENV_PARAMETER, MODEL_DIRECTORY_KEYWORD
 from workbench.errors import InternalError, InvalidArgumentError
 from workbench.export.destination import (
     MANIFEST_NAME,
@@ -214,14 +215,14 @@ def _stage(
 def environment_notes(name: str, config: ModelConfig) -> list[str]:
     """A python model's ``EXECUTION_ENV_PATH`` outside its folder does not travel with the
     export: production's Triton must find it at the same path."""
-    parameter = config.parameters.get("EXECUTION_ENV_PATH")
+    parameter = config.parameters.get(EXECUTION_ENV_PARAMETER)
     path = parameter.string_value if parameter is not None else ""
-    if not path or path.startswith("$$TRITON_MODEL_DIRECTORY"):
+    if not path or path.startswith(MODEL_DIRECTORY_KEYWORD):
         return []
     return [
-        f"model '{name}': EXECUTION_ENV_PATH '{path}' is outside the model folder and was not "
-        "exported; Triton needs that environment at that path (or put it in the model folder "
-        "and name it '$$TRITON_MODEL_DIRECTORY/...')"
+        f"model '{name}': {EXECUTION_ENV_PARAMETER} '{path}' is outside the model folder and "
+        "was not exported; Triton needs that environment at that path (or put it in the model "
+        f"folder and name it '{MODEL_DIRECTORY_KEYWORD}/...')"
     ]
 
 

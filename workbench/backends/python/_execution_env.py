@@ -42,12 +42,9 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
+from workbench.config.platforms import execution_env_path
 from workbench.errors import InternalError
 
-#: the model parameter naming the environment
-PARAMETER = "EXECUTION_ENV_PATH"
-#: replaced by the model's folder, as Triton does
-MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 _log = logging.getLogger("workbench.backends.python")
 _VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
 
@@ -91,21 +88,13 @@ class ExecutionEnv:
         return env
 
 
-def configured_path(config: model_config_pb2.ModelConfig, model_path: Path) -> str | None:
-    """The model's ``EXECUTION_ENV_PATH``, its model-directory keyword replaced (or None)."""
-    parameter = config.parameters.get(PARAMETER)
-    if parameter is None or not parameter.string_value:
-        return None
-    return parameter.string_value.replace(MODEL_DIRECTORY, str(model_path), 1)
-
-
 def resolve(config: model_config_pb2.ModelConfig, model_path: Path) -> ExecutionEnv | None:
     """The environment the model's stubs run in (None: the server's own interpreter).
 
     Raises ``InternalError`` with Triton's message when the path does not exist or the
     environment has no ``activate`` script.
     """
-    path = configured_path(config, model_path)
+    path = execution_env_path(config, model_path)
     if path is None:
         return None
     return _ENVIRONMENTS.get(path)
@@ -129,10 +118,11 @@ class _Environments:
 
     def get(self, path: str) -> ExecutionEnv:
         canonical = os.path.realpath(path)
-        if not os.path.exists(canonical):
-            raise InternalError(f"Failed to get the canonical path for {path}.")
         with self._lock:  # instances of one model start on several threads
-            modified = os.stat(canonical).st_mtime  # read under the lock: one extraction each
+            try:  # read under the lock: one extraction each
+                modified = os.stat(canonical).st_mtime
+            except OSError:
+                raise InternalError(f"Failed to get the canonical path for {path}.") from None
             known = self._known.get(canonical)
             if known is not None and known[1] == modified:
                 return known[0]

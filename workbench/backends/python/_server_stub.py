@@ -123,13 +123,18 @@ def _child_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The stub's command line and environment variables."""
     arguments = [*map(str, fds)]
-    if env is None:
-        variables = dict(os.environ)
-        variables["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
-        path = (_PACKAGE_ROOT, variables.get("PYTHONPATH"))
-        variables["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-        return [sys.executable, "-c", _BOOT, *arguments], variables
-    return env_command(env, STUB_MODULE, arguments)
+    if env is not None:
+        return env_command(env, STUB_MODULE, arguments)
+    variables = _child_variables()
+    path = (_PACKAGE_ROOT, variables.get("PYTHONPATH"))
+    variables["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    return [sys.executable, "-c", _BOOT, *arguments], variables
+
+
+def _child_variables() -> dict[str, str]:
+    variables = dict(os.environ)
+    variables["PYTHONUNBUFFERED"] = "1"  # print() in a model shows up as it happens
+    return variables
 
 
 def env_command(
@@ -137,8 +142,7 @@ def env_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment variables that run ``module`` as ``__main__`` in
     ``env`` (its ``workbench`` the server's; see ``_ENV_BOOT``)."""
-    variables = dict(os.environ)
-    variables["PYTHONUNBUFFERED"] = "1"
+    variables = _child_variables()
     variables["WORKBENCH_STUB_ROOT"] = _PACKAGE_ROOT
     variables["WORKBENCH_STUB_MODULE"] = module
     if env.shares_server_packages:
@@ -159,10 +163,6 @@ def _reap(proc: subprocess.Popen[bytes], sock: socket.socket, fds: list[int]) ->
     sock.close()
     for fd in fds:
         os.close(fd)
-
-
-def _shares_paths(env: ExecutionEnv | None) -> bool:
-    return env is None or env.shares_server_packages
 
 
 class StubGone(ChannelClosed):
@@ -262,8 +262,9 @@ class StubProcess:
             "model_file": str(launch.model_file),
             "args": launch.args,
             "client": launch.client is not None,
-            # "" (a notebook's working directory) as a path: the stub's own "" was dropped.
-            "sys_path": _server_paths() if _shares_paths(launch.env) else [os.getcwd()],
+            # "" (a notebook's working directory) as a path: the stub's own "" was dropped. A
+            # stub in an environment had the server's paths (when it may) at its boot.
+            "sys_path": _server_paths() if launch.env is None else [os.getcwd()],
             # the stub tries to map it: whether large request bodies reach it without a copy
             "shared_probe": shared_buffers.probe_ref(),
         }

@@ -40,6 +40,7 @@ from workbench.backends.python._model_loader import load_module
 from workbench.backends.python._model_runner import ModelRunner, ModelSpec
 from workbench.backends.python._server_instance import ProcessModelInstance
 from workbench.backends.python._server_stub import StubLaunch
+from workbench.config.platforms import EXECUTION_ENV_PARAMETER, execution_env_path
 from workbench.errors import NotFoundError
 
 _log = logging.getLogger(__name__)
@@ -103,12 +104,12 @@ class PythonBackend:
 
 
 def _in_process_instance(context: InstanceContext, model_file: Path) -> PythonModelInstance:
-    if execution_env.configured_path(context.config, context.model_path) is not None:
+    if execution_env_path(context.config, context.model_path) is not None:
         _log.warning(
             "model '%s' runs in the server's process (%s): its %s is not used",
             context.model_name,
             IN_PROCESS_PARAMETER,
-            execution_env.PARAMETER,
+            EXECUTION_ENV_PARAMETER,
         )
     module = load_module(context.model_name, model_file)
     scope = pb_utils._ModelScope(str(model_file.parent), context.client)
