@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,9 @@ def _linear_repository(torch: Any, root: Path) -> Any:
     module = torch.nn.Linear(4, 3).eval()
     folder = root / "linear_gpu"
     (folder / "1").mkdir(parents=True)
-    torch.jit.trace(module, torch.ones(1, 4)).save(str(folder / "1" / "model.pt"))
+    with warnings.catch_warnings():  # torch >= 2.10 calls jit.trace deprecated; Triton loads it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.trace(module, torch.ones(1, 4)).save(str(folder / "1" / "model.pt"))
     (folder / "config.pbtxt").write_text(textwrap.dedent(CONFIG))
     return module
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from google.protobuf.message import DecodeError
 from tritonclient.grpc.service_pb2 import ModelInferRequest
 
 from workbench.server.grpc.raw_inputs import parse_infer_request
+from workbench.server.grpc.request_plan import LAYOUTS
+
+
+@pytest.fixture(autouse=True)
+def no_layouts() -> Iterator[None]:
+    LAYOUTS.by_size.clear()
+    yield
+    LAYOUTS.by_size.clear()
 
 
 def _message(*raw: bytes) -> ModelInferRequest:
@@ -30,11 +40,19 @@ def test_a_large_message_keeps_its_raw_inputs_in_the_received_bytes() -> None:
     assert received.message == expected
 
 
-def test_a_small_message_is_parsed_whole() -> None:
+def test_a_small_message_is_split_for_its_layout_then_parsed_whole() -> None:
     data = _message(b"abc").SerializeToString()
-    received = parse_infer_request(data)
-    assert received.message == ModelInferRequest.FromString(data)
-    assert list(received.raw) == [b"abc"]
+    received = parse_infer_request(data)  # the first of its length: walked for its layout
+    expected = ModelInferRequest.FromString(data)
+    assert [bytes(view) for view in received.raw] == [b"abc"]
+    assert received.layout is not None
+    del expected.raw_input_contents[:]
+    assert received.message == expected
+    other = _message(b"xyz")
+    other.id = "y"  # same length, another layout: that length's layout stays, this is parsed
+    received = parse_infer_request(other.SerializeToString())
+    assert received.message == other and list(received.raw) == [b"xyz"]
+    assert received.layout is None
 
 
 @pytest.mark.parametrize("cut", [1, 5, 100, 70_000, 102_420])

@@ -82,6 +82,25 @@ def model_config_of(core: ServingCore, message: ModelInferRequest) -> tuple[str,
     return version, core.model_config(message.model_name, version)
 
 
+def prepare_received(
+    received: ReceivedInfer,
+    version: str,
+    config: ModelConfig,
+    regions: SharedMemoryRegistry | None = None,
+) -> PreparedRequest:
+    """``received`` decoded: by its layout's plan when it has one (``request_plan.py``), else
+    by the full decoder, whose request then becomes the layout's plan when it is plain."""
+    layout = received.layout
+    plan = None if layout is None else layout.plan
+    if plan is not None and plan.version == version:
+        request, parameters = plan.request(received.data)
+        return PreparedRequest(request, parameters, config)
+    prepared = prepare(received.message, version, config, regions, received.raw)
+    if layout is not None and not layout.planned:
+        layout.remember(prepared.request, prepared.parameters)
+    return prepared
+
+
 def prepare(
     message: ModelInferRequest,
     version: str,
@@ -141,7 +160,7 @@ class InferHandler:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
-        prepared = prepare(message, version, config, self.regions, received.raw)
+        prepared = prepare_received(received, version, config, self.regions)
         try:
             response = await self.core.infer(prepared.request)
             payload = prepared.serialize(response, self.core, self.limit)
@@ -160,7 +179,7 @@ class InferHandler:
                 raise UnsupportedError(
                     "ModelInfer RPC doesn't support models with decoupled transaction policy"
                 )
-            prepared = prepare(message, version, config, self.regions, received.raw)
+            prepared = prepare_received(received, version, config, self.regions)
             prepared.request.trace = stamps.trace
             stamps.trace.start()
             try:

@@ -9,8 +9,10 @@ each ``raw_input_contents`` (field 7 of ``ModelInferRequest`` in Triton's
 is small. The decoder's numpy arrays then view the bytes grpc received (read-only).
 
 A message the walk cannot follow (a group, a length past the end) is parsed whole, so that
-protobuf alone decides whether it is valid (``unparsable.py`` answers it if not); a message
-under ``_WALK_FROM`` bytes is parsed whole too, since its copies cost less than the walk.
+protobuf alone decides whether it is valid (``unparsable.py`` answers it if not). A smaller
+message is walked only to make its ``request_plan.Layout``, which later messages of the same
+layout reuse without a walk or a parse; else (its length's layout is in use) it is parsed
+whole, since its copies cost less than the walk.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from tritonclient.grpc.service_pb2 import ModelInferRequest
+
+from workbench.server.grpc.request_plan import LAYOUTS, Layout
 
 _RAW_FIELD = ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 #: the key of a ``raw_input_contents`` entry: its field number, wire type 2 (length-delimited)
@@ -33,25 +37,48 @@ class ReceivedInfer(NamedTuple):
 
     message: ModelInferRequest
     raw: Sequence[bytes | memoryview]
+    #: the received bytes and their layout, when the message has one (``request_plan.py``)
+    data: bytes = b""
+    layout: Layout | None = None
 
 
 def parse_infer_request(data: bytes) -> ReceivedInfer:
     """``ModelInferRequest.FromString(data)``, the raw input contents left in ``data``; raises
-    protobuf's ``DecodeError`` as that would."""
+    protobuf's ``DecodeError`` as that would. A message of a layout seen before is not parsed
+    again (``request_plan.py``)."""
+    if type(data) is bytes:  # not a shared buffer's mapping
+        layout = LAYOUTS.find(data)
+        if layout is not None:
+            return ReceivedInfer(layout.message, layout.views(data), data, layout)
+        if LAYOUTS.wanted(len(data)):
+            split = _split(data)
+            if split is not None:
+                rest, spans = split
+                message = ModelInferRequest.FromString(rest)
+                layout = LAYOUTS.add(data, spans, message)
+                return ReceivedInfer(message, layout.views(data), data, layout)
+            return _whole(data)
     split = _split(data) if len(data) >= _WALK_FROM else None
     if split is None:
-        message = ModelInferRequest.FromString(data)
-        return ReceivedInfer(message, message.raw_input_contents)
-    rest, raw = split
+        return _whole(data)
+    rest, spans = split
+    view = memoryview(data)
+    raw = [view[offset : offset + length] for offset, length in spans]
     return ReceivedInfer(ModelInferRequest.FromString(rest), raw)
 
 
-def _split(data: bytes) -> tuple[bytes, list[memoryview]] | None:
-    """The message without its ``raw_input_contents`` and those fields' values; ``None``
-    when there are none or the message's framing is not one the walk follows."""
+def _whole(data: bytes) -> ReceivedInfer:
+    message = ModelInferRequest.FromString(data)
+    return ReceivedInfer(message, message.raw_input_contents)
+
+
+def _split(data: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
+    """The message without its ``raw_input_contents``, and where those fields' values lie
+    (offset, length); ``None`` when there are none or the message's framing is not one the
+    walk follows."""
     view = memoryview(data)
     kept: list[memoryview] = []
-    raw: list[memoryview] = []
+    raw: list[tuple[int, int]] = []
     at, kept_from, end = 0, 0, len(data)
     while at < end:
         start = at
@@ -61,7 +88,7 @@ def _split(data: bytes) -> tuple[bytes, list[memoryview]] | None:
             length, at = _varint(data, at)
             if key == _RAW_KEY and at + length <= end:
                 kept.append(view[kept_from:start])
-                raw.append(view[at : at + length])
+                raw.append((at, length))
                 kept_from = at + length
             at += length
         elif wire_type == _VARINT:

@@ -21,6 +21,7 @@ from typing import Any
 
 from tritonclient.grpc.service_pb2 import InferParameter, ModelInferResponse
 
+from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.parameters import to_infer_parameter
@@ -76,16 +77,48 @@ def serialize_response_parts(
     """``serialize_response``'s bytes, or, when they reach ``JOIN_BELOW``, their parts in order
     (the message without contents, then each output's field key and length and its data, a
     view of the output): a server that can send parts (the native front end) copies no
-    output; joining them is ``serialize_response``'s one copy."""
-    message, buffers = _without_contents(response, request, in_regions)
-    parts: list[Any] = [message.SerializeToString()]
-    size = len(parts[0])
-    for buffer in buffers:
-        key = _RAW_OUTPUT_TAG + _varint(len(buffer))
-        parts += (key, buffer)
-        size += len(key) + len(buffer)
+    output; joining them is ``serialize_response``'s one copy.
+
+    The bytes around the outputs' data are the same for every response of a model with the
+    same id, outputs, shapes and data lengths (and no parameters): they are serialised once
+    and remembered (``_FRAMES``)."""
+    outputs, buffers = _outputs(response, request, in_regions)
+    key: tuple[Any, ...] | None = None
+    frame = None
+    if not response.parameters:
+        fields: list[Any] = [response.model_name, response.model_version, response.id]
+        for tensor, buffer in zip(outputs, buffers, strict=True):
+            fields += (tensor.name, tensor.datatype, tensor.array.shape, len(buffer))
+        key = tuple(fields)
+        frame = _FRAMES.get(key)
+    if frame is None:
+        frame = _frame(_message(response, outputs).SerializeToString(), buffers)
+        if key is not None:
+            if len(_FRAMES) >= _CACHED_FRAMES:
+                _FRAMES.clear()  # many distinct responses: start over rather than track recency
+            _FRAMES[key] = frame
+    pieces, size = frame
+    if not buffers:
+        return pieces[0]
+    size += sum(len(buffer) for buffer in buffers)
     _check_size(size, limit)
+    parts: list[Any] = []
+    for piece, buffer in zip(pieces, buffers, strict=True):
+        parts += (piece, buffer)
     return b"".join(parts) if size < JOIN_BELOW else parts
+
+
+#: (model, version, id, then name, datatype, shape, data length of each output) -> its frame
+_FRAMES: dict[tuple[Any, ...], tuple[tuple[bytes, ...], int]] = {}
+_CACHED_FRAMES = 256
+
+
+def _frame(header: bytes, buffers: list[Any]) -> tuple[tuple[bytes, ...], int]:
+    """The bytes before each output's data (the message without contents, then its field's
+    key and length; the others' key and length) and their total length."""
+    pieces = [_RAW_OUTPUT_TAG + _varint(len(buffer)) for buffer in buffers] or [b""]
+    pieces[0] = header + pieces[0]
+    return tuple(pieces), sum(len(piece) for piece in pieces)
 
 
 def _without_contents(
@@ -93,6 +126,28 @@ def _without_contents(
 ) -> tuple[ModelInferResponse, list[Any]]:
     """The message with its outputs listed but no ``raw_output_contents``, and the buffer each
     output's contents would be (empty for an output already written into its region)."""
+    outputs, buffers = _outputs(response, request, in_regions)
+    return _message(response, outputs), buffers
+
+
+def _outputs(
+    response: InferResponse, request: InferRequest | None, in_regions: Collection[str]
+) -> tuple[list[Tensor], list[Any]]:
+    """The outputs to answer with (those the request asked for, when it is given) and the
+    buffer of each one's contents (empty for one already written into its region)."""
+    wanted = request.requested_outputs if request is not None else None
+    outputs = response.outputs
+    if wanted is not None:
+        outputs = [tensor for tensor in outputs if tensor.name in wanted]
+    buffers = [
+        b"" if tensor.name in in_regions else tensor_buffer(tensor.array, tensor.datatype)
+        for tensor in outputs
+    ]
+    return outputs, buffers
+
+
+def _message(response: InferResponse, outputs: list[Tensor]) -> ModelInferResponse:
+    """The message with ``outputs`` listed but no ``raw_output_contents``."""
     message = ModelInferResponse(
         model_name=response.model_name,
         model_version=str(response.model_version),
@@ -100,18 +155,10 @@ def _without_contents(
     )
     for key, value in response.parameters.items():
         message.parameters[key].CopyFrom(to_infer_parameter(value))
-    wanted = request.requested_outputs if request is not None else None
-    buffers: list[Any] = []
-    for tensor in response.outputs:
-        if wanted is not None and tensor.name not in wanted:
-            continue
+    for tensor in outputs:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype)
         output.shape.extend(tensor.shape)
-        if tensor.name in in_regions:
-            buffers.append(b"")  # already written into its region
-        else:
-            buffers.append(tensor_buffer(tensor.array, tensor.datatype))
-    return message, buffers
+    return message
 
 
 def _check_size(size: int, limit: int) -> None:
