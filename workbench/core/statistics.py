@@ -135,11 +135,10 @@ class ModelStatistics:
             times.infer_done - times.input_done,
             times.output_done - times.infer_done,
         )
-        now_ms = time.time_ns() // 1_000_000
         success, queue, compute_input, compute_infer, compute_output = self._per_request
         with self._lock:  # one request's five sums, written out: the hot path's every request
             self.inference_count += batch_size
-            self.last_inference_ms = now_ms
+            self.last_inference_ms = time.time_ns() // 1_000_000
             success.count += 1
             success.ns += durations[0]
             queue.count += 1

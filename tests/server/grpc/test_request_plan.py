@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc import service_pb2 as pb
 
@@ -287,3 +288,61 @@ def test_a_remembered_response_frame_gives_protobufs_bytes(
     longer = [Tensor("S", "BYTES", np.array([b"abcd", b"cde"], dtype=np.object_))]
     reply = InferResponse("m", "3", response_id, longer)  # same shape, other length
     assert ours(reply) == protobuf(reply)
+
+
+def test_a_key_longer_than_protobuf_reads_is_refused_as_protobuf_refuses_it() -> None:
+    head = pb.ModelInferRequest(
+        model_name="m", inputs=[Input(name="X", datatype="FP32", shape=[1])]
+    ).SerializeToString()
+    for padding in (0, 70_000):  # small (walked for a layout) and large (walked to cut)
+        long_key = b"\xba\x80\x80\x80\x80\x00"  # raw_input_contents' key in six bytes
+        data = head + long_key + b"\x04abcd" + (b"\x3a\x00" * padding)
+        with pytest.raises(DecodeError):
+            pb.ModelInferRequest.FromString(data)
+        with pytest.raises(DecodeError):
+            parse_infer_request(data)
+    five = head + b"\xba\x80\x80\x80\x00" + b"\x04abcd"  # five bytes: protobuf reads it
+    assert list(pb.ModelInferRequest.FromString(five).raw_input_contents) == [b"abcd"]
+    assert [bytes(v) for v in parse_infer_request(five).raw] == [b"abcd"]
+
+
+def test_a_message_without_raw_contents_is_not_parsed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make = NOT_PLAIN["typed contents beside raw"]
+    message = make()
+    del message.raw_input_contents[:]
+    del message.inputs[1:]
+    data = message.SerializeToString()
+    expected = summary(*full(data, ""))
+    assert summary(*received(data, "")) == expected
+    monkeypatch.setattr(raw_inputs, "ModelInferRequest", None)
+    assert summary(*received(data, "")) == expected
+
+
+def test_a_message_with_much_outside_its_tensors_gets_no_layout() -> None:
+    walks = 0
+    real_split = raw_inputs._split
+
+    def counted(data: bytes) -> Any:
+        nonlocal walks
+        walks += 1
+        return real_split(data)
+
+    raw_inputs._split = counted
+    try:
+        for index in range(2 * (_REPLACE_AFTER + 1)):
+            message = perf_analyzer(np.full(16, index))
+            message.id = "i" * 5000
+            request, _ = received(message.SerializeToString(), "")
+            assert request.id == "i" * 5000
+            assert request.inputs["INPUT0"].array[0, 0] == index
+    finally:
+        raw_inputs._split = real_split
+    assert LAYOUTS.by_size == {} and walks == 2
+
+
+def test_a_response_without_outputs_is_still_held_to_the_size_limit() -> None:
+    reply = InferResponse("m", "3", "x" * 100, [])
+    with pytest.raises(InvalidArgumentError, match="exceeds gRPC's byte size limit 50"):
+        serialize_response_parts(reply, None, 50)

@@ -29,6 +29,8 @@ _RAW_FIELD = ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].n
 _RAW_KEY = _RAW_FIELD << 3 | 2
 _WALK_FROM = 64 * 1024
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+#: a field's key (its number and wire type) takes at most 5 bytes in protobuf's parser
+_MAX_KEY_BYTES = 5
 
 
 class ReceivedInfer(NamedTuple):
@@ -52,19 +54,24 @@ def parse_infer_request(data: bytes) -> ReceivedInfer:
             return ReceivedInfer(layout.message, layout.views(data), data, layout)
         if LAYOUTS.wanted(len(data)):
             split = _split(data)
-            if split is not None:
-                rest, spans = split
-                message = ModelInferRequest.FromString(rest)
-                layout = LAYOUTS.add(data, spans, message)
-                return ReceivedInfer(message, layout.views(data), data, layout)
-            return _whole(data)
+            if split is None:
+                return _whole(data)
+            rest, spans = split
+            message = ModelInferRequest.FromString(rest)
+            layout = LAYOUTS.add(data, spans, message)
+            if layout is None:  # too much outside its tensors to remember
+                return ReceivedInfer(message, _views(data, spans))
+            return ReceivedInfer(message, layout.views(data), data, layout)
     split = _split(data) if len(data) >= _WALK_FROM else None
-    if split is None:
+    if split is None or not split[1]:
         return _whole(data)
     rest, spans = split
+    return ReceivedInfer(ModelInferRequest.FromString(rest), _views(data, spans))
+
+
+def _views(data: bytes, spans: list[tuple[int, int]]) -> list[memoryview]:
     view = memoryview(data)
-    raw = [view[offset : offset + length] for offset, length in spans]
-    return ReceivedInfer(ModelInferRequest.FromString(rest), raw)
+    return [view[offset : offset + length] for offset, length in spans]
 
 
 def _whole(data: bytes) -> ReceivedInfer:
@@ -74,8 +81,8 @@ def _whole(data: bytes) -> ReceivedInfer:
 
 def _split(data: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
     """The message without its ``raw_input_contents``, and where those fields' values lie
-    (offset, length); ``None`` when there are none or the message's framing is not one the
-    walk follows."""
+    (offset, length; none when it has none); ``None`` when the message's framing is not one
+    the walk follows (protobuf then judges it whole)."""
     view = memoryview(data)
     kept: list[memoryview] = []
     raw: list[tuple[int, int]] = []
@@ -83,6 +90,8 @@ def _split(data: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
     while at < end:
         start = at
         key, at = _varint(data, at)
+        if at - start > _MAX_KEY_BYTES:
+            return None  # protobuf (upb) refuses a key this long; cut out, it would pass
         wire_type = key & 7
         if wire_type == _LENGTH_DELIMITED:
             length, at = _varint(data, at)
@@ -97,8 +106,10 @@ def _split(data: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
             at += 8 if wire_type == _FIXED64 else 4
         else:
             return None  # groups (deprecated) and invalid wire types: protobuf's to judge
-    if at != end or not raw:
+    if at != end:
         return None
+    if not raw:
+        return data, raw
     kept.append(view[kept_from:])
     return b"".join(kept), raw
 

@@ -13,6 +13,11 @@ out of the bytes (numpy views, no copy). Each plan was made by the full decoder
 (``request_codec``), which owns every check and error text; a message that matches no layout
 takes it as before.
 
+A message without raw input contents (typed ``contents``, shared memory) is its own layout:
+the same message again is not parsed again, and is decoded by the full decoder each time (a
+shared-memory region is looked up per request). A message with more than 4 KiB outside its
+tensors (a long id or parameter) gets no layout: its length is walked again only after 8 more.
+
 The parsed rest is shared by the requests of a layout: nothing may change it (nothing does:
 the service only reads messages).
 """
@@ -31,6 +36,8 @@ from workbench.server.grpc.parameters import RequestParameters
 
 #: layouts remembered at most (one per message length; all forgotten when full)
 _CACHED_LAYOUTS = 256
+#: a message with more bytes than this outside its raw input contents gets no layout
+_CACHED_FIXED_BYTES = 4096
 #: a message that does not match the layout of its length replaces that layout only after
 #: this many such misses beyond twice its hits: clients whose every message differs (a new
 #: ``id`` each time) pay the walk for one message in this many, not for each
@@ -132,6 +139,9 @@ class Layout:
 @dataclass(slots=True)
 class _Layouts:
     by_size: dict[int, Layout] = field(default_factory=dict)
+    #: lengths whose last message had too much outside its tensors to remember, and how many
+    #: messages of that length came since (walked again after ``_REPLACE_AFTER``)
+    declined: dict[int, int] = field(default_factory=dict)
 
     def find(self, data: bytes) -> Layout | None:
         """The layout ``data`` matches, if any (counted as a hit or a miss)."""
@@ -147,12 +157,23 @@ class _Layouts:
     def wanted(self, size: int) -> bool:
         """Whether a message of ``size`` bytes that matched none should get a layout."""
         layout = self.by_size.get(size)
-        return layout is None or layout.misses > 2 * layout.hits + _REPLACE_AFTER
+        if layout is not None:
+            return layout.misses > 2 * layout.hits + _REPLACE_AFTER
+        skipped = self.declined.get(size)
+        if skipped is None:
+            return True
+        if skipped >= _REPLACE_AFTER:
+            del self.declined[size]
+            return True
+        self.declined[size] = skipped + 1
+        return False
 
     def add(
         self, data: bytes, raw: Sequence[tuple[int, int]], message: ModelInferRequest
-    ) -> Layout:
-        """The layout of ``data``, whose raw input contents lie at ``raw``; remembered."""
+    ) -> Layout | None:
+        """The layout of ``data``, whose raw input contents lie at ``raw`` (none: the whole
+        message is its layout), remembered; None when more than ``_CACHED_FIXED_BYTES`` lie
+        outside them (a large id, parameter or typed contents: not worth holding)."""
         fixed: list[tuple[int, bytes]] = []
         at = 0
         for offset, length in raw:
@@ -161,9 +182,14 @@ class _Layouts:
             at = offset + length
         if at < len(data):
             fixed.append((at, data[at:]))
-        layout = Layout(len(data), tuple(fixed), tuple(raw), message)
-        if len(self.by_size) >= _CACHED_LAYOUTS:
+        if len(self.by_size) + len(self.declined) >= _CACHED_LAYOUTS:
             self.by_size.clear()  # many distinct lengths: start over rather than track recency
+            self.declined.clear()
+        if sum(len(stretch) for _, stretch in fixed) > _CACHED_FIXED_BYTES:
+            self.by_size.pop(len(data), None)
+            self.declined[len(data)] = 0
+            return None
+        layout = Layout(len(data), tuple(fixed), tuple(raw), message)
         self.by_size[len(data)] = layout
         return layout
 

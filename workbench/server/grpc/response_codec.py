@@ -98,10 +98,10 @@ def serialize_response_parts(
                 _FRAMES.clear()  # many distinct responses: start over rather than track recency
             _FRAMES[key] = frame
     pieces, size = frame
-    if not buffers:
-        return pieces[0]
     size += sum(len(buffer) for buffer in buffers)
     _check_size(size, limit)
+    if not buffers:
+        return pieces[0]
     parts: list[Any] = []
     for piece, buffer in zip(pieces, buffers, strict=True):
         parts += (piece, buffer)
