@@ -215,26 +215,28 @@ def test_a_message_that_is_not_plain_gets_no_plan_and_the_full_decoder_each_time
     assert outcomes == [expected, expected]
 
 
-def test_messages_that_never_repeat_are_walked_once_in_a_while() -> None:
-    walks = 0
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The messages ``raw_inputs`` walks from now on (its ``_split`` counted)."""
+    walked: list[bytes] = []
     real_split = raw_inputs._split
 
     def counted(data: bytes) -> Any:
-        nonlocal walks
-        walks += 1
+        walked.append(data)
         return real_split(data)
 
-    raw_inputs._split = counted
-    try:
-        count = 3 * (_REPLACE_AFTER + 1)
-        for index in range(count):
-            message = perf_analyzer(np.zeros(16))
-            message.id = f"{index:04d}"  # same length, never the same message
-            request, _ = received(message.SerializeToString(), "")
-            assert request.id == f"{index:04d}"
-    finally:
-        raw_inputs._split = real_split
-    assert walks == 3  # the first, then once each time the layout had missed enough
+    monkeypatch.setattr(raw_inputs, "_split", counted)
+    return walked
+
+
+def test_messages_that_never_repeat_are_walked_once_in_a_while(walks: list[bytes]) -> None:
+    count = 3 * (_REPLACE_AFTER + 1)
+    for index in range(count):
+        message = perf_analyzer(np.zeros(16))
+        message.id = f"{index:04d}"  # same length, never the same message
+        request, _ = received(message.SerializeToString(), "")
+        assert request.id == f"{index:04d}"
+    assert len(walks) == 3  # the first, then once each time the layout had missed enough
 
 
 def test_a_shared_buffer_gets_no_layout() -> None:
@@ -320,26 +322,14 @@ def test_a_message_without_raw_contents_is_not_parsed_again(
     assert summary(*received(data, "")) == expected
 
 
-def test_a_message_with_much_outside_its_tensors_gets_no_layout() -> None:
-    walks = 0
-    real_split = raw_inputs._split
-
-    def counted(data: bytes) -> Any:
-        nonlocal walks
-        walks += 1
-        return real_split(data)
-
-    raw_inputs._split = counted
-    try:
-        for index in range(2 * (_REPLACE_AFTER + 1)):
-            message = perf_analyzer(np.full(16, index))
-            message.id = "i" * 5000
-            request, _ = received(message.SerializeToString(), "")
-            assert request.id == "i" * 5000
-            assert request.inputs["INPUT0"].array[0, 0] == index
-    finally:
-        raw_inputs._split = real_split
-    assert LAYOUTS.by_size == {} and walks == 2
+def test_a_message_with_much_outside_its_tensors_gets_no_layout(walks: list[bytes]) -> None:
+    for index in range(2 * (_REPLACE_AFTER + 1)):
+        message = perf_analyzer(np.full(16, index))
+        message.id = "i" * 5000
+        request, _ = received(message.SerializeToString(), "")
+        assert request.id == "i" * 5000
+        assert request.inputs["INPUT0"].array[0, 0] == index
+    assert LAYOUTS.by_size == {} and len(walks) == 2
 
 
 def test_a_response_without_outputs_is_still_held_to_the_size_limit() -> None:

@@ -33,9 +33,8 @@ from tritonclient.grpc.service_pb2 import ModelInferRequest
 from workbench._types import Parameters, Tensor
 from workbench.core.request import InferRequest
 from workbench.server.grpc.parameters import RequestParameters
+from workbench.server.memo import remember
 
-#: layouts remembered at most (one per message length; all forgotten when full)
-_CACHED_LAYOUTS = 256
 #: a message with more bytes than this outside its raw input contents gets no layout
 _CACHED_FIXED_BYTES = 4096
 #: a message that does not match the layout of its length replaces that layout only after
@@ -182,16 +181,12 @@ class _Layouts:
             at = offset + length
         if at < len(data):
             fixed.append((at, data[at:]))
-        if len(self.by_size) + len(self.declined) >= _CACHED_LAYOUTS:
-            self.by_size.clear()  # many distinct lengths: start over rather than track recency
-            self.declined.clear()
         if sum(len(stretch) for _, stretch in fixed) > _CACHED_FIXED_BYTES:
             self.by_size.pop(len(data), None)
-            self.declined[len(data)] = 0
+            remember(self.declined, len(data), 0)
             return None
         layout = Layout(len(data), tuple(fixed), tuple(raw), message)
-        self.by_size[len(data)] = layout
-        return layout
+        return remember(self.by_size, len(data), layout)
 
 
 #: the process's layouts (as the HTTP side's plans: requests are alike across servers)

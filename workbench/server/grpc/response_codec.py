@@ -25,6 +25,7 @@ from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.parameters import to_infer_parameter
+from workbench.server.memo import remember
 from workbench.server.tensor_bytes import tensor_buffer
 
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (``INT32_MAX``).
@@ -94,9 +95,7 @@ def serialize_response_parts(
     if frame is None:
         frame = _frame(_message(response, outputs).SerializeToString(), buffers)
         if key is not None:
-            if len(_FRAMES) >= _CACHED_FRAMES:
-                _FRAMES.clear()  # many distinct responses: start over rather than track recency
-            _FRAMES[key] = frame
+            remember(_FRAMES, key, frame)
     pieces, size = frame
     size += sum(len(buffer) for buffer in buffers)
     _check_size(size, limit)
@@ -110,7 +109,6 @@ def serialize_response_parts(
 
 #: (model, version, id, then name, datatype, shape, data length of each output) -> its frame
 _FRAMES: dict[tuple[Any, ...], tuple[tuple[bytes, ...], int]] = {}
-_CACHED_FRAMES = 256
 
 
 def _frame(header: bytes, buffers: list[Any]) -> tuple[tuple[bytes, ...], int]:

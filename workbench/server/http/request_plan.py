@@ -23,11 +23,11 @@ import numpy as np
 from workbench._types import Parameters, Tensor
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import InferRequest
+from workbench.server.memo import remember
 from workbench.server.tensor_bytes import shape_fits
 
-#: headers up to this long are remembered; the cache holds at most ``_CACHED_PLANS``
+#: headers up to this long are remembered (``memo.LIMIT`` of them at most)
 _CACHED_HEADER_BYTES = 4096
-_CACHED_PLANS = 256
 _INPUT_PARAMETERS = frozenset({"binary_data_size"})
 _OUTPUT_PARAMETERS = frozenset({"binary_data"})
 
@@ -78,11 +78,8 @@ cached_plan = _plans.get
 
 
 def remember_plan(header: bytes, plan: RequestPlan) -> None:
-    if len(header) > _CACHED_HEADER_BYTES:
-        return
-    if len(_plans) >= _CACHED_PLANS:
-        _plans.clear()  # many distinct headers: start over rather than track recency
-    _plans[header] = plan
+    if len(header) <= _CACHED_HEADER_BYTES:
+        remember(_plans, header, plan)
 
 
 def make_plan(document: Any) -> RequestPlan | None:

@@ -19,11 +19,11 @@ from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
 from workbench.server.http import _json
 from workbench.server.http.replies import JOIN_BELOW
+from workbench.server.memo import remember
 from workbench.server.tensor_bytes import as_bytes, tensor_buffer
 
-#: JSON headers of binary responses by what they say; only short ones, at most ``_CACHED_HEADS``
+#: JSON headers of binary responses by what they say; only short ones (``memo.LIMIT`` at most)
 _CACHED_HEAD_BYTES = 4096
-_CACHED_HEADS = 256
 _heads: dict[tuple[Any, ...], bytes] = {}
 
 
@@ -133,9 +133,7 @@ def reply_body(parts: list[Any]) -> tuple[bytes | list[Any], int | None]:
 def _remember_head(key: tuple[Any, ...], parts: list[Any]) -> bytes:
     head: bytes = parts[0]
     if len(head) <= _CACHED_HEAD_BYTES:
-        if len(_heads) >= _CACHED_HEADS:
-            _heads.clear()  # many distinct headers: start over rather than track recency
-        _heads[key] = head
+        remember(_heads, key, head)
     return head
 
 
