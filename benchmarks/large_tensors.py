@@ -22,6 +22,13 @@ stubs, sampled every 20 ms during the cell; a shared-memory page mapped by both 
 as ``ps`` shows it); ratios are workbench / Triton.
 
     python benchmarks/large_tensors.py --seconds 3
+    python benchmarks/large_tensors.py --seconds 3 --repeats 3   # servers in turns, medians
+
+A single cell moves by ±20% between runs on a shared 2-core VM (one gRPC cell read 0.94x
+Triton at 16:45 on 2026-11-26 and 1.02x, 1.24x, 1.10x in the next three runs), so
+``--repeats N`` runs everything N times, the servers taking turns (Triton first in odd runs,
+the workbench first in even ones), reports each run's table and then, per cell both servers
+ran, the MB/s ratio of each run and their median.
 
 Not a test: it needs the real peers (``python -m tests.integration.peers prepare``). Loopback
 only.
@@ -357,32 +364,23 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=["perf_analyzer", "tritonclient"], default="perf_analyzer"
     )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of every cell, the servers in turns"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     info = machine_info()  # the load before anything starts
     work = Path(tempfile.mkdtemp(prefix="large-tensors-"))
     onnx_model = onnx_identity()
-    cells: list[Cell] = []
-    idle: dict[str, float] = {}
-    if "triton" in args.servers:
-        peers = prepare()
-        repo = write_repository(work / "triton_repo", None)
-        log = work / "triton.log"
-        with TritonServerProcess(peers, repo, log_path=log, load_models=[PYTHON_MODEL]) as t:
-            target = Target(t.pid, {"http": t.http_url, "grpc": t.grpc_url})
-            found, idle[TRITON] = run_server(TRITON, [PYTHON_MODEL], target, args)
-            cells += found
-    if "workbench" in args.servers:
-        repo = write_repository(work / "workbench_repo", onnx_model)
-        models = [PYTHON_MODEL] + ([ONNX_MODEL] if onnx_model is not None else [])
-        with workbench_server(repo, work / "workbench.log", models) as ours:
-            assert ours.process is not None
-            target = Target(ours.process.pid, {"http": ours.http_url, "grpc": ours.grpc_url})
-            found, idle[WORKBENCH] = run_server(WORKBENCH, models, target, args)
-            cells += found
-    body = report(cells, idle, args)
+    runs = [run_once(args, work / f"run{i + 1}", onnx_model, i) for i in range(args.repeats)]
+    if len(runs) == 1:
+        body = report(*runs[0], args)
+    else:
+        parts = [f"Run {i}:\n\n{report(*run, args)}" for i, run in enumerate(runs, start=1)]
+        body = "\n\n".join([*parts, median_ratios([cells for cells, _ in runs], args)])
     print(body)
+    cells = [cell for found, _ in runs for cell in found]
     failed = [describe(c) for c in cells if c.error]
     errors = "\n".join(f"- {line}" for line in failed)
     write_report(
@@ -391,6 +389,63 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in cells], indent=1))
     print(f"server logs in {work}")
+
+
+def run_once(
+    args: argparse.Namespace, work: Path, onnx_model: bytes | None, index: int
+) -> tuple[list[Cell], dict[str, float]]:
+    """Every cell on each server of ``--servers`` (in reverse order in even runs): the cells,
+    and each server's idle RSS (MiB)."""
+    work.mkdir(parents=True)
+    cells: list[Cell] = []
+    idle: dict[str, float] = {}
+    servers = [s for s in ("triton", "workbench") if s in args.servers]
+    for server in servers if index % 2 == 0 else servers[::-1]:
+        if server == "triton":
+            peers = prepare()
+            repo = write_repository(work / "triton_repo", None)
+            log = work / "triton.log"
+            with TritonServerProcess(peers, repo, log_path=log, load_models=[PYTHON_MODEL]) as t:
+                target = Target(t.pid, {"http": t.http_url, "grpc": t.grpc_url})
+                found, idle[TRITON] = run_server(TRITON, [PYTHON_MODEL], target, args)
+        else:
+            repo = write_repository(work / "workbench_repo", onnx_model)
+            models = [PYTHON_MODEL] + ([ONNX_MODEL] if onnx_model is not None else [])
+            with workbench_server(repo, work / "workbench.log", models) as ours:
+                assert ours.process is not None
+                target = Target(ours.process.pid, {"http": ours.http_url, "grpc": ours.grpc_url})
+                found, idle[WORKBENCH] = run_server(WORKBENCH, models, target, args)
+        cells += found
+    return cells, idle
+
+
+def median_ratios(runs: list[list[Cell]], args: argparse.Namespace) -> str:
+    """Workbench / Triton MB/s per cell both servers ran: each run's, and their median."""
+    header = ["model", "protocol", "MiB", "c", *(f"run {i}" for i in range(1, len(runs) + 1))]
+    rows = []
+    for protocol in PROTOCOLS:
+        for size in args.sizes_mib:
+            for concurrency in args.concurrency:
+                key = (PYTHON_MODEL, protocol, size, concurrency)
+                found = [_ratio_of(cells, key) for cells in runs]
+                known = [r for r in found if r is not None]
+                middle = f"{statistics.median(known):.2f}x" if known else "n/a"
+                row = [*map(str, key), *(f"{r:.2f}x" if r is not None else "n/a" for r in found)]
+                rows.append([*row, middle])
+    table = markdown_table([*header, "median"], rows)
+    return f"Workbench / Triton MB/s, per run and median:\n\n{table}"
+
+
+def _ratio_of(cells: list[Cell], key: tuple[str, str, int, int]) -> float | None:
+    by_server = {
+        c.server: c
+        for c in cells
+        if (c.model, c.protocol, c.size_mib, c.concurrency) == key and not c.error
+    }
+    theirs, ours = by_server.get(TRITON), by_server.get(WORKBENCH)
+    if theirs is None or ours is None or not theirs.per_s:
+        return None
+    return ours.per_s / theirs.per_s
 
 
 if __name__ == "__main__":

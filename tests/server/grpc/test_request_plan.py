@@ -157,6 +157,18 @@ def test_a_plan_hands_out_its_own_dicts_each_time() -> None:
     assert again.requested_outputs == ["Y", "X"]
 
 
+def test_the_same_bytes_resolved_to_another_version_are_not_given_the_old_plan() -> None:
+    # A message without a version follows the model's versions: once version 3 is loaded
+    # beside 2 (latest policy), the same bytes are a request for 3, not a replay of the plan
+    # made while 2 was the latest.
+    data = perf_analyzer(np.arange(16)).SerializeToString()
+    received(data, "2")
+    assert received(data, "2")[0].model_version == "2"  # the plan's
+    request, parameters = received(data, "3")
+    assert request.model_version == "3"
+    assert summary(request, parameters) == summary(*full(data, "3"))
+
+
 def test_a_message_that_differs_outside_its_tensors_is_decoded_as_itself() -> None:
     one = perf_analyzer(np.zeros(16))
     one.id = "a1"

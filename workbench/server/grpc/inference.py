@@ -92,6 +92,8 @@ def prepare_received(
     by the full decoder, whose request then becomes the layout's plan when it is plain."""
     layout = received.layout
     plan = None if layout is None else layout.plan
+    # The version is the one the request resolved to, not the message's field: a message
+    # without one is replayed by its plan only while the same version serves it.
     if plan is not None and plan.version == version:
         request, parameters = plan.request(received.data)
         return PreparedRequest(request, parameters, config)
