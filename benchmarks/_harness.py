@@ -291,8 +291,11 @@ class WorkbenchServerProcess:
         load_models: Sequence[str],
         startup_timeout_s: float = 60.0,
         extra_args: Sequence[str] = (),
+        python: str | None = None,
     ) -> None:
         self.repository = repository
+        #: the interpreter that runs the server (and so its Python models' stubs)
+        self.python = python or sys.executable
         self.extra_args = tuple(extra_args)
         self.log_path = log_path
         self.load_models = tuple(load_models)
@@ -312,7 +315,7 @@ class WorkbenchServerProcess:
 
     def command(self) -> list[str]:
         command = [
-            sys.executable, "-m", "workbench", "serve",
+            self.python, "-m", "workbench", "serve",
             "--model-repository", str(self.repository),
             "--http-port", str(self.http_port), "--http-address", "127.0.0.1",
             "--grpc-port", str(self.grpc_port), "--grpc-address", "127.0.0.1",
@@ -356,10 +359,17 @@ class WorkbenchServerProcess:
 
 @contextlib.contextmanager
 def workbench_server(
-    repository: Path, log_path: Path, load_models: Sequence[str], extra_args: Sequence[str] = ()
+    repository: Path,
+    log_path: Path,
+    load_models: Sequence[str],
+    extra_args: Sequence[str] = (),
+    python: str | None = None,
 ) -> Iterator[WorkbenchServerProcess]:
-    """A started :class:`WorkbenchServerProcess`, stopped on exit whatever happens."""
-    server = WorkbenchServerProcess(repository, log_path, load_models, extra_args=extra_args)
+    """A started :class:`WorkbenchServerProcess` (on ``python``, this interpreter when None),
+    stopped on exit whatever happens."""
+    server = WorkbenchServerProcess(
+        repository, log_path, load_models, extra_args=extra_args, python=python
+    )
     try:
         server.start()
         yield server
@@ -416,6 +426,16 @@ def machine_info() -> dict[str, str]:
         "perf_analyzer": f"tritonclient {TRITONCLIENT_VERSION}",
         "workbench_commit": _git_commit(),
     }
+
+
+def python_version(python: str) -> str:
+    """``python``'s path and version (``python -V``), for a report."""
+    try:
+        found = subprocess.run([python, "-V"], capture_output=True, text=True, timeout=30)
+        version = (found.stdout or found.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"unknown ({exc})"
+    return f"{python} ({version})"
 
 
 def _cpu_model() -> str:

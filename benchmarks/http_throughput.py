@@ -41,6 +41,7 @@ from benchmarks._harness import (  # noqa: E402
     machine_info,
     markdown_table,
     measure_series,
+    python_version,
     ratio,
     results_path,
     workbench_server,
@@ -77,6 +78,8 @@ class Run:
     concurrencies: Sequence[int]
     settings: PerfSettings
     protocol: str
+    #: the interpreter of the workbench server (None: this one)
+    python: str | None = None
 
     def measure(self, series: Series, server: TritonServerProcess | WorkbenchServerProcess) -> None:
         url = server.grpc_url if self.protocol == "grpc" else server.http_url
@@ -108,7 +111,9 @@ def run_workbench(
 ) -> Series:
     """The embedded workbench server, as a separate process."""
     series = Series(label, MODEL)
-    with workbench_server(repository, log_path, (MODEL,), extra_args=flags) as server:
+    with workbench_server(
+        repository, log_path, (MODEL,), extra_args=flags, python=run.python
+    ) as server:
         series.startup_s = server.startup_s
         run.measure(series, server)
     return series
@@ -178,6 +183,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of the servers, taking turns (ABBA...); the report adds "
                         "each run's ratios and their median")  # fmt: skip
+    parser.add_argument("--python", default=None,
+                        help="the interpreter of the workbench server and its stubs (default: "
+                        "this one); Python's build changes our speed, not Triton's")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="default: results/<date>_<protocol>_throughput.md")  # fmt: skip
@@ -211,8 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_trials=args.max_trials,
         retry_stability=(25, 50) if grpc else (25,),
     )
-    run = Run(prepare(), concurrencies, settings, args.protocol)
+    run = Run(prepare(), concurrencies, settings, args.protocol, args.python)
     info = machine_info()
+    info["workbench_python"] = python_version(args.python or sys.executable)
     # Kept after the run: the server logs are the first thing to read when a request fails.
     workdir = Path(tempfile.mkdtemp(prefix=f"{args.protocol}-throughput-"))
     runs = []
