@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from tritonclient.grpc.service_pb2 import ModelInferRequest
 
-from workbench.server.grpc.request_plan import LAYOUTS, Layout
+from workbench.server.grpc.request_plan import LAYOUTS, Layout, views_of
 
 _RAW_FIELD = ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 #: the key of a ``raw_input_contents`` entry: its field number, wire type 2 (length-delimited)
@@ -60,18 +60,13 @@ def parse_infer_request(data: bytes) -> ReceivedInfer:
             message = ModelInferRequest.FromString(rest)
             layout = LAYOUTS.add(data, spans, message)
             if layout is None:  # too much outside its tensors to remember
-                return ReceivedInfer(message, _views(data, spans))
+                return ReceivedInfer(message, views_of(data, spans))
             return ReceivedInfer(message, layout.views(data), data, layout)
     split = _split(data) if len(data) >= _WALK_FROM else None
     if split is None or not split[1]:
         return _whole(data)
     rest, spans = split
-    return ReceivedInfer(ModelInferRequest.FromString(rest), _views(data, spans))
-
-
-def _views(data: bytes, spans: list[tuple[int, int]]) -> list[memoryview]:
-    view = memoryview(data)
-    return [view[offset : offset + length] for offset, length in spans]
+    return ReceivedInfer(ModelInferRequest.FromString(rest), views_of(data, spans))
 
 
 def _whole(data: bytes) -> ReceivedInfer:

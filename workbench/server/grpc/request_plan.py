@@ -100,8 +100,7 @@ class Layout:
 
     def views(self, data: bytes) -> list[memoryview]:
         """The raw input contents of ``data`` as views of it."""
-        view = memoryview(data)
-        return [view[offset : offset + length] for offset, length in self.raw]
+        return views_of(data, self.raw)
 
     def remember(self, request: InferRequest, params: RequestParameters) -> None:
         """Keep the plan of ``request``, the full decoder's request for a message of this
@@ -173,6 +172,10 @@ class _Layouts:
         """The layout of ``data``, whose raw input contents lie at ``raw`` (none: the whole
         message is its layout), remembered; None when more than ``_CACHED_FIXED_BYTES`` lie
         outside them (a large id, parameter or typed contents: not worth holding)."""
+        if len(data) - sum(length for _, length in raw) > _CACHED_FIXED_BYTES:
+            self.by_size.pop(len(data), None)  # (decided before copying any of it)
+            remember(self.declined, len(data), 0)
+            return None
         fixed: list[tuple[int, bytes]] = []
         at = 0
         for offset, length in raw:
@@ -181,16 +184,18 @@ class _Layouts:
             at = offset + length
         if at < len(data):
             fixed.append((at, data[at:]))
-        if sum(len(stretch) for _, stretch in fixed) > _CACHED_FIXED_BYTES:
-            self.by_size.pop(len(data), None)
-            remember(self.declined, len(data), 0)
-            return None
         layout = Layout(len(data), tuple(fixed), tuple(raw), message)
         return remember(self.by_size, len(data), layout)
+
+
+def views_of(data: bytes, spans: Sequence[tuple[int, int]]) -> list[memoryview]:
+    """The ``(offset, length)`` spans of ``data`` as views of it (no copy)."""
+    view = memoryview(data)
+    return [view[offset : offset + length] for offset, length in spans]
 
 
 #: the process's layouts (as the HTTP side's plans: requests are alike across servers)
 LAYOUTS = _Layouts()
 
 
-__all__ = ["LAYOUTS", "Layout", "RequestPlan"]
+__all__ = ["LAYOUTS", "Layout", "RequestPlan", "views_of"]
