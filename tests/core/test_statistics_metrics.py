@@ -3,6 +3,8 @@ gauge, the load duration and the durations handed to an observer."""
 
 from __future__ import annotations
 
+import time
+
 from workbench.core.queue_policy import QueueTimeoutError
 from workbench.core.statistics import ModelStatistics, RequestTimes, failure_reason
 from workbench.errors import CancelledError, InternalError, UnavailableError
@@ -74,3 +76,49 @@ def test_snapshot_is_a_copy() -> None:
     snapshot = stats.snapshot()
     stats.record_failure(RequestTimes())
     assert snapshot.inference["fail"].count == 0 and snapshot.load_ns == 1_500_000_000
+
+
+def recorded(stats: ModelStatistics, count: int, batch_size: int) -> RequestTimes:
+    """``count`` requests, each its own execution of ``batch_size`` rows, with known phases."""
+    for index in range(count):
+        times = RequestTimes(received=1_000 * index)
+        times.stamp(
+            1_000 * index + 30, 1_000 * index + 40, 1_000 * index + 100, 1_000 * index + 105
+        )
+        stats.record_execution(batch_size, times)
+        stats.record_success(batch_size, times)
+    return times
+
+
+def test_sums_added_later_are_the_per_request_sums() -> None:
+    # Successes and executions reach the sums in groups (at 256, and at each read): a read
+    # sees every one recorded before it, summed as if each had been added on its own.
+    stats = ModelStatistics("m", 1)
+    recorded(stats, 300, 2)  # one group added on the way, 44 pending
+    recorded(stats, 5, 3)
+    entry = stats.to_json()
+    assert entry["inference_count"] == 300 * 2 + 5 * 3 and entry["execution_count"] == 305
+    assert entry["inference_stats"]["success"] == {"count": 305, "ns": 305 * 105}
+    assert entry["inference_stats"]["queue"] == {"count": 305, "ns": 305 * 30}
+    assert entry["inference_stats"]["compute_input"] == {"count": 305, "ns": 305 * 10}
+    assert entry["inference_stats"]["compute_infer"] == {"count": 305, "ns": 305 * 60}
+    assert entry["inference_stats"]["compute_output"] == {"count": 305, "ns": 305 * 5}
+    batches = {b["batch_size"]: b for b in entry["batch_stats"]}
+    assert batches[2]["compute_infer"] == {"count": 300, "ns": 300 * 60}
+    assert batches[3]["compute_input"] == {"count": 5, "ns": 5 * 10}
+    snapshot = stats.snapshot()
+    recorded(stats, 1, 2)
+    assert snapshot.inference["success"].count == 305  # a copy, taken when read
+    assert stats.snapshot().inference["success"].count == 306
+
+
+def test_last_inference_is_when_the_last_success_ended() -> None:
+    stats = ModelStatistics("m", 1)
+    times = RequestTimes()
+    times.stamp(times.received, times.received, times.received, times.received)
+    before_ms = time.time_ns() // 1_000_000
+    stats.record_success(1, times)
+    last = stats.to_json()["last_inference"]
+    assert before_ms - 1_000 <= last <= time.time_ns() // 1_000_000
+    stats.record_failure(RequestTimes())
+    assert stats.to_json()["last_inference"] >= last

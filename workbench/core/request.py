@@ -35,6 +35,10 @@ class InferRequest:
     shared_memory: SharedMemoryUse | None = None
     #: set by a front end when the request is traced (``workbench.core.trace``)
     trace: InferenceTrace | None = None
+    #: set by a front end to the decoding plan the request was cut out by: requests of one
+    #: plan have the same inputs (names, datatypes, shapes) and outputs, so a model checks a
+    #: plan once (``RequestChecker``); compared by identity
+    plan: object | None = None
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from workbench._types import Tensor
 from workbench.config.dtypes import ELEMENT_SIZE, config_to_wire
 from workbench.core.request import DeferredInput, InferRequest
 from workbench.errors import InvalidArgumentError
+from workbench.memo import remember
 
 _UINT32 = 2**32
 _BATCH_NOTE = (
@@ -50,9 +51,26 @@ class RequestChecker:
         #: inputs and outputs with a ``reshape`` (most models have none: nothing to do)
         self.input_reshapes = any(i.HasField("reshape") for i in config.input)
         self.output_reshapes = any(o.HasField("reshape") for o in config.output)
+        #: the batch size of each decoding plan whose requests passed (``InferRequest.plan``)
+        self._passed: dict[object, int] = {}
 
     def check(self, request: InferRequest) -> int:
         """Raise ``InvalidArgumentError`` on a bad request; return its batch size.
+
+        A request cut out by a plan that passed before is not checked again: its inputs and
+        outputs are those of the first (only a plan that passed is remembered, so a refused
+        request is refused each time, with its own id in the message).
+        """
+        plan = request.plan
+        if plan is None:
+            return self._check(request)
+        rows = self._passed.get(plan)
+        if rows is None:
+            rows = remember(self._passed, plan, self._check(request))
+        return rows
+
+    def _check(self, request: InferRequest) -> int:
+        """``check``, every time.
 
         Triton's order (``InferenceRequest::Normalize``): the outputs, the input count; each
         input's name, then (batching) its batch dim; the batch size; then each input's type,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 _PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -21,6 +22,8 @@ _INFERENCE_FIELDS = ("success", "fail", "queue", *_PHASES, "cache_hit", "cache_m
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 #: what an ``Observer`` is told, per successful request (microseconds)
 OBSERVED = ("request", "queue", *_PHASES, "cache_hit", "cache_miss")
+#: executions or successes kept before they are added to the sums (a read adds them at once)
+_ADD_EVERY = 256
 
 
 class Observer(Protocol):
@@ -63,6 +66,17 @@ class RequestTimes:
         self.output_done = output_done
 
 
+#: a request's timestamps that its durations are differences of, in ``_sums``' order
+_STAMPS = tuple(
+    attrgetter(name) for name in ("received", "started", "input_done", "infer_done", "output_done")
+)
+
+
+def _sums(requests: list[RequestTimes]) -> list[int]:
+    """Each of ``_STAMPS`` summed over ``requests``, with no Python frame per request."""
+    return [sum(map(stamp, requests)) for stamp in _STAMPS]
+
+
 @dataclass(slots=True)
 class StatsSnapshot:
     """A consistent copy of one version's counters (see ``ModelStatistics.snapshot``)."""
@@ -97,8 +111,11 @@ class ModelStatistics:
         self.load_ns = 0
         #: gets every successful request's durations (set by the metrics endpoint)
         self.observer: Observer | None = None
-        #: what each success adds to, in the order ``record_success`` computes it
+        #: what each success adds to, in the order ``_add_recorded`` computes it
         self._per_request = tuple(self.inference[k] for k in ("success", "queue", *_PHASES))
+        #: executions (batch size, times) and successes recorded but not yet in the sums
+        self._executed: list[tuple[int, RequestTimes]] = []
+        self._succeeded: list[RequestTimes] = []
 
     def enter_queue(self, times: RequestTimes) -> None:
         """A request starts waiting for an instance."""
@@ -116,44 +133,74 @@ class ModelStatistics:
                     self.pending_count -= 1
 
     def record_execution(self, batch_size: int, times: RequestTimes) -> None:
-        """One call into the backend that served ``batch_size`` inferences."""
+        """One call into the backend that served ``batch_size`` inferences (its phases are
+        added to the sums later, as a success's are)."""
         with self._lock:
             self.execution_count += 1
-            per_phase = self.batches.get(batch_size)
-            if per_phase is None:
-                per_phase = self.batches[batch_size] = {p: Duration() for p in _PHASES}
-            per_phase["compute_input"].add(times.input_done - times.started)
-            per_phase["compute_infer"].add(times.infer_done - times.input_done)
-            per_phase["compute_output"].add(times.output_done - times.infer_done)
+            executed = self._executed
+            executed.append((batch_size, times))
+            if len(executed) >= _ADD_EVERY:
+                self._add_recorded()
 
     def record_success(self, batch_size: int, times: RequestTimes) -> None:
-        """A request completed; its phases are attributed to it (Triton counts per request)."""
-        durations = (
-            times.output_done - times.received,
-            times.started - times.received,
-            times.input_done - times.started,
-            times.infer_done - times.input_done,
-            times.output_done - times.infer_done,
-        )
-        success, queue, compute_input, compute_infer, compute_output = self._per_request
-        with self._lock:  # one request's five sums, written out: the hot path's every request
+        """A request completed; its phases are attributed to it (Triton counts per request).
+
+        Its durations are added to the sums later, many requests at once (``_add_recorded``,
+        before any read): a request costs the loop an append, not five sums."""
+        with self._lock:
             self.inference_count += batch_size
-            self.last_inference_ms = time.time_ns() // 1_000_000
-            success.count += 1
-            success.ns += durations[0]
-            queue.count += 1
-            queue.ns += durations[1]
-            compute_input.count += 1
-            compute_input.ns += durations[2]
-            compute_infer.count += 1
-            compute_infer.ns += durations[3]
-            compute_output.count += 1
-            compute_output.ns += durations[4]
+            succeeded = self._succeeded
+            succeeded.append(times)
+            if len(succeeded) >= _ADD_EVERY:
+                self._add_recorded()
         observer = self.observer
         if observer is not None:
+            durations = (
+                times.output_done - times.received,
+                times.started - times.received,
+                times.input_done - times.started,
+                times.infer_done - times.input_done,
+                times.output_done - times.infer_done,
+            )
             # OBSERVED starts with these five, in this order.
             for name, ns in zip(OBSERVED[:5], durations, strict=True):
                 observer.observe(name, ns // 1000)
+
+    def _add_recorded(self) -> None:
+        """Add the executions and successes recorded since the last call to the sums (the
+        lock held). Each timestamp is summed over many requests in C (``_sums``): the
+        durations are differences of those sums."""
+        executed, self._executed = self._executed, []
+        by_size: dict[int, list[RequestTimes]] = {}
+        for batch_size, times in executed:
+            same = by_size.get(batch_size)
+            if same is None:
+                by_size[batch_size] = [times]
+            else:
+                same.append(times)
+        for batch_size, same in by_size.items():
+            per_phase = self.batches.get(batch_size)
+            if per_phase is None:
+                per_phase = self.batches[batch_size] = {p: Duration() for p in _PHASES}
+            _, started, input_done, infer_done, output_done = _sums(same)
+            per_phase["compute_input"].add(input_done - started, len(same))
+            per_phase["compute_infer"].add(infer_done - input_done, len(same))
+            per_phase["compute_output"].add(output_done - infer_done, len(same))
+        succeeded, self._succeeded = self._succeeded, []
+        if succeeded:
+            received, started, input_done, infer_done, output_done = _sums(succeeded)
+            durations = (
+                output_done - received,
+                started - received,
+                input_done - started,
+                infer_done - input_done,
+                output_done - infer_done,
+            )
+            for duration, ns in zip(self._per_request, durations, strict=True):
+                duration.add(ns, len(succeeded))
+            # the last success's end in wall-clock milliseconds (a failure since may be later)
+            ended_ns = succeeded[-1].output_done + time.time_ns() - time.monotonic_ns()
+            self.last_inference_ms = max(self.last_inference_ms, ended_ns // 1_000_000)
 
     def _observe(self, **durations_ns: int) -> None:
         observer = self.observer
@@ -180,13 +227,14 @@ class ModelStatistics:
     def record_failure(self, times: RequestTimes, reason: str = "OTHER") -> None:
         """A failed request, with Triton's reason (``FAILURE_REASONS``)."""
         with self._lock:
-            self.last_inference_ms = time.time_ns() // 1_000_000
+            self.last_inference_ms = max(self.last_inference_ms, time.time_ns() // 1_000_000)
             self.inference["fail"].add(time.monotonic_ns() - times.received)
             self.failures[reason if reason in self.failures else "OTHER"] += 1
 
     def snapshot(self) -> StatsSnapshot:
         """The counters the metrics endpoint reports, read together."""
         with self._lock:
+            self._add_recorded()
             return StatsSnapshot(
                 inference_count=self.inference_count,
                 execution_count=self.execution_count,
@@ -199,6 +247,7 @@ class ModelStatistics:
     def to_json(self) -> dict[str, Any]:
         """Triton's ``model_stats`` entry for this version."""
         with self._lock:
+            self._add_recorded()
             return {
                 "name": self.name,
                 "version": str(self.version),

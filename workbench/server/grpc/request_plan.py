@@ -32,8 +32,8 @@ from tritonclient.grpc.service_pb2 import ModelInferRequest
 
 from workbench._types import Parameters, Tensor
 from workbench.core.request import InferRequest
+from workbench.memo import remember
 from workbench.server.grpc.parameters import RequestParameters
-from workbench.server.memo import remember
 
 #: a message with more bytes than this outside its raw input contents gets no layout
 _CACHED_FIXED_BYTES = 4096
@@ -46,7 +46,7 @@ _REPLACE_AFTER = 8
 _Input = tuple[str, str, np.dtype, tuple[int, ...], int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # compared by identity (``InferRequest.plan``)
 class RequestPlan:
     """A message's decoded request, less its tensors' bytes."""
 
@@ -62,7 +62,7 @@ class RequestPlan:
     def request(self, data: bytes) -> tuple[InferRequest, RequestParameters]:
         """The request (and its parameters) of a message of this plan's layout."""
         values = dict(self.parameters)
-        request = InferRequest(self.model_name, self.version, self.id, parameters=values)
+        request = InferRequest(self.model_name, self.version, self.id, parameters=values, plan=self)
         inputs = request.inputs
         for name, datatype, dtype, shape, offset in self.inputs:
             inputs[name] = Tensor(name, datatype, np.ndarray(shape, dtype, data, offset))

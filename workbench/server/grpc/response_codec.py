@@ -24,8 +24,8 @@ from tritonclient.grpc.service_pb2 import InferParameter, ModelInferResponse
 from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
+from workbench.memo import remember
 from workbench.server.grpc.parameters import to_infer_parameter
-from workbench.server.memo import remember
 from workbench.server.tensor_bytes import tensor_buffer
 
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (``INT32_MAX``).

@@ -23,7 +23,7 @@ import numpy as np
 from workbench._types import Parameters, Tensor
 from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import InferRequest
-from workbench.server.memo import remember
+from workbench.memo import remember
 from workbench.server.tensor_bytes import shape_fits
 
 #: headers up to this long are remembered (``memo.LIMIT`` of them at most)
@@ -36,7 +36,7 @@ _Input = tuple[str, str, np.dtype, tuple[int, ...], int]
 Body = bytes | bytearray | memoryview
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # compared by identity (``InferRequest.plan``)
 class RequestPlan:
     """A checked binary request header: what to cut out of the body, and what to return."""
 
@@ -54,7 +54,7 @@ class RequestPlan:
         length does not match (the full decoder then says why)."""
         if offset + self.data_bytes != len(body):
             return None
-        request = InferRequest(model_name, model_version, self.id)
+        request = InferRequest(model_name, model_version, self.id, plan=self)
         inputs = request.inputs
         for name, datatype, dtype, shape, size in self.inputs:
             array: np.ndarray = np.ndarray(shape, dtype, body, offset)  # views the body

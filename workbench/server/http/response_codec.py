@@ -17,9 +17,9 @@ import numpy as np
 from workbench._types import Tensor
 from workbench.core.request import InferRequest, InferResponse
 from workbench.errors import InvalidArgumentError
+from workbench.memo import remember
 from workbench.server.http import _json
 from workbench.server.http.replies import JOIN_BELOW
-from workbench.server.memo import remember
 from workbench.server.tensor_bytes import as_bytes, tensor_buffer
 
 #: JSON headers of binary responses by what they say; only short ones (``memo.LIMIT`` at most)

@@ -1,7 +1,8 @@
 """The hot paths' remembered results: small tables that start over when full.
 
 The front ends remember what repeats from request to request (a binary request's plan, a
-reply's head or frame, a gRPC message's layout) in plain dicts looked up with ``dict.get``.
+reply's head or frame, a gRPC message's layout), and the core which plans passed a model's
+checks, in plain dicts looked up with ``dict.get``.
 A table that reaches its limit is emptied rather than pruned by recency: clients send a few
 distinct requests again and again, and a client whose every request differs gains nothing
 from any order of eviction.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.server.memo import remember
+from workbench.memo import remember
 
 
 def test_a_full_table_starts_over_for_a_new_key_only() -> None:
