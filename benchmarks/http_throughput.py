@@ -23,7 +23,8 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -186,6 +187,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--python", default=None,
                         help="the interpreter of the workbench server and its stubs (default: "
                         "this one); Python's build changes our speed, not Triton's")  # fmt: skip
+    parser.add_argument("--interleave", action="store_true",
+                        help="start every server once and keep them all up; each point is "
+                        "measured on them back to back, in turns, so that a slow spell of a "
+                        "shared machine hits both (triton and workbench only)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="default: results/<date>_<protocol>_throughput.md")  # fmt: skip
@@ -209,6 +214,43 @@ def run_server(name: str, run: Run, workdir: Path) -> Series:
         return Series(_LABELS[name], MODEL, error=str(error))
 
 
+def run_interleaved(
+    names: Sequence[str], repeats: int, run: Run, workdir: Path
+) -> list[list[Series]]:
+    """Every run's series, with all servers started once and up together: each point is
+    measured on one server right after the other (an idle server takes no CPU), the first
+    alternating from point to point, so that both see the same spell of the machine."""
+    if set(names) - {"triton", "workbench"}:
+        raise SystemExit("--interleave takes the servers triton and workbench")
+    with ExitStack() as stack:
+        servers: dict[str, TritonServerProcess | WorkbenchServerProcess] = {}
+        for name in names:
+            repository = copy_repository(SOURCE_REPOSITORY, workdir / f"repo-{name}")
+            if name == "triton":
+                logs = workdir / "tritonserver.log"
+                triton = TritonServerProcess(run.peers, repository, log_path=logs,
+                                             load_models=(MODEL,))  # fmt: skip
+                stack.enter_context(triton)
+                servers[name] = triton
+            else:
+                logs = workdir / f"{name}.log"
+                ours = workbench_server(repository, logs, (MODEL,), python=run.python)
+                servers[name] = stack.enter_context(ours)
+        runs: list[list[Series]] = []
+        turn = 0
+        for index in range(repeats):
+            series = {name: Series(_LABELS[name], MODEL) for name in names}
+            for concurrency in run.concurrencies:
+                order = list(names) if turn % 2 == 0 else list(names)[::-1]
+                turn += 1
+                for name in order:
+                    one = replace(run, concurrencies=[concurrency])
+                    one.measure(series[name], servers[name])
+            runs.append([series[name] for name in names])
+            print(f"\nrun {index + 1}:\n{format_table(runs[-1], run.concurrencies)}", flush=True)
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     grpc = args.protocol == "grpc"
@@ -224,12 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     info["workbench_python"] = python_version(args.python or sys.executable)
     # Kept after the run: the server logs are the first thing to read when a request fails.
     workdir = Path(tempfile.mkdtemp(prefix=f"{args.protocol}-throughput-"))
-    runs = []
-    for index in range(args.repeats):  # in turns: a slow minute of the machine hits both
-        order = args.servers if index % 2 == 0 else args.servers[::-1]
-        done = {name: run_server(name, run, workdir / f"run{index + 1}") for name in order}
-        runs.append([done[name] for name in args.servers])
-        print(f"\nrun {index + 1}:\n{format_table(runs[-1], concurrencies)}", flush=True)
+    if args.interleave:
+        runs = run_interleaved(args.servers, args.repeats, run, workdir)
+    else:
+        runs = []
+        for index in range(args.repeats):  # in turns: a slow minute of the machine hits both
+            order = args.servers if index % 2 == 0 else args.servers[::-1]
+            done = {name: run_server(name, run, workdir / f"run{index + 1}") for name in order}
+            runs.append([done[name] for name in args.servers])
+            print(f"\nrun {index + 1}:\n{format_table(runs[-1], concurrencies)}", flush=True)
     results = [series for one_run in runs for series in one_run]
     tables = "\n\n".join(
         (f"Run {index + 1}:\n\n" if len(runs) > 1 else "") + format_table(one_run, concurrencies)
@@ -243,7 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(errors)
     body = (
         f"Model `{MODEL}` from `tests/assets/conformance_repo` (Python backend, dynamic "
-        f"batching); {settings.describe(args.protocol)}; servers run one at a time"
+        f"batching); {settings.describe(args.protocol)}; "
+        + (
+            "both servers up throughout, each point measured on them back to back, the first "
+            "alternating"
+            if args.interleave
+            else "servers run one at a time"
+        )
         + (f", {len(runs)} runs taking turns" if len(runs) > 1 else "")
         + f".\n\n{tables}"
     )

@@ -185,6 +185,30 @@ async def test_requests_with_other_shapes_go_in_another_batch() -> None:
 
 
 @in_loop
+async def test_requests_of_one_plan_batch_without_comparing_shapes() -> None:
+    # A decoding plan fixes a request's shapes: only requests of another plan (or none) have
+    # their shapes compared with the first's.
+    executor = FakeExecutor(gate=asyncio.Event())
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    compared: list[str] = []
+    shape_key = batcher._shape_key
+
+    def counted(item: Pending) -> tuple[object, ...]:
+        compared.append(item.request.id)
+        return shape_key(item)
+
+    batcher._shape_key = counted  # type: ignore[method-assign]
+    plan, other = object(), object()
+    rest = [pending(name, 2) for name in "bcde"]
+    for item, its_plan in zip(rest, (plan, plan, other, plan), strict=True):
+        item.request.plan = its_plan  # d: same shapes, another plan: compared, and joins
+    await behind_a_busy_instance(batcher, executor, pending("a"), rest)
+    assert executor.batches == [["a"], ["b", "c", "d", "e"]]
+    assert compared == ["b", "d"]
+    await batcher.close()
+
+
+@in_loop
 async def test_ragged_inputs_batch_whatever_their_shapes() -> None:
     executor = FakeExecutor(gate=asyncio.Event())
     ragged = config("dynamic_batching {}")

@@ -177,15 +177,19 @@ class DynamicBatcher:
         chosen: list[Pending] = []
         rows = 0
         shapes: tuple[object, ...] | None = None  # the first request's, once a second comes
+        plan: object | None = None  # the first request's decoding plan: the same shapes
         target = self._preferred[-1] if self._preferred else self._max_rows
         for pending in self.queues.in_order():
             if chosen:
                 if rows + pending.batch_size > target:
                     return chosen, True
-                if shapes is None:
-                    shapes = self._shape_key(chosen[0])
-                if self._shape_key(pending) != shapes:
-                    return chosen, True
+                if plan is None or pending.request.plan is not plan:
+                    if shapes is None:
+                        shapes = self._shape_key(chosen[0])
+                    if self._shape_key(pending) != shapes:
+                        return chosen, True
+            else:
+                plan = pending.request.plan
             chosen.append(pending)
             rows += pending.batch_size
             if rows >= target or not self._batching:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from workbench.server.http.messages import Reply, send_reply
-from workbench.server.http.replies import JOIN_BELOW, write_reply
+from workbench.server.http.replies import JOIN_BELOW, reply_head, write_reply
 
 
 class Transport:
@@ -62,3 +62,22 @@ def test_the_asgi_path_sends_the_parts_after_the_body() -> None:
         (b"one", True),
         (b"two", False),
     ]
+
+
+def test_a_remembered_head_is_the_one_made_for_it_and_a_copy() -> None:
+    headers = [(b"content-type", b"application/octet-stream"), (b"x-a", b"1")]
+    made = bytes(reply_head(200, headers, keep_alive=True, length=12))
+    assert made == (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\ncontent-type: application/octet-stream\r\n"
+        b"x-a: 1\r\n\r\n"
+    )
+    again = reply_head(200, list(headers), keep_alive=True, length=12)
+    again += b"body"  # the caller's own copy
+    assert reply_head(200, headers, keep_alive=True, length=12) == made
+    assert reply_head(200, headers, keep_alive=False, length=12).endswith(
+        b"connection: close\r\n\r\n"
+    )
+    assert b"content-length: 13" in reply_head(200, headers, keep_alive=True, length=13)
+    assert reply_head(404, [[b"x-a", b"1"]], keep_alive=True) == (  # type: ignore[list-item]
+        b"HTTP/1.1 404 Not Found\r\nx-a: 1\r\n\r\n"
+    )

@@ -41,7 +41,6 @@ from workbench.server.shared_memory import SharedMemoryRegistry, write_outputs
 _JSON = (b"content-type", b"application/json")
 _BINARY = (b"content-type", b"application/octet-stream")
 _HEADER_LENGTH = b"inference-header-content-length"
-_INFER_HEADERS = frozenset({_HEADER_LENGTH, b"content-encoding", b"accept-encoding"})
 
 
 class InferEndpoint:
@@ -184,19 +183,11 @@ class InferEndpoint:
 
 
 def _infer_headers(headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
-    """Content-Encoding, Inference-Header-Content-Length and Accept-Encoding in one pass (the
-    first of each, as ``HttpRequest.header`` finds them)."""
-    encoding = length = accept = None
-    for name, value in headers:
-        if name not in _INFER_HEADERS:
-            continue  # most headers: one set lookup (the name's hash is cached on it)
-        if name == _HEADER_LENGTH:
-            length = value if length is None else length
-        elif name == b"content-encoding":
-            encoding = value if encoding is None else encoding
-        else:
-            accept = value if accept is None else accept
-    return encoding, length, accept
+    """Content-Encoding, Inference-Header-Content-Length and Accept-Encoding: the first of
+    each, as ``HttpRequest.header`` finds them (the dict is built in C, last pair first, so
+    that the first of a repeated name is the one it keeps)."""
+    first = dict(reversed(headers))
+    return first.get(b"content-encoding"), first.get(_HEADER_LENGTH), first.get(b"accept-encoding")
 
 
 def _reply(payload: bytes | list[Any], header_length: int | None, accept: bytes | None) -> Reply:

@@ -14,6 +14,7 @@ import time
 from http import HTTPStatus
 from typing import Any, Protocol
 
+from workbench.memo import remember
 from workbench.server.http.messages import Message, Reply
 from workbench.server.http.tracing import http_sent
 
@@ -42,7 +43,23 @@ def reply_head(
     status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool, length: int = -1
 ) -> bytearray:
     """Status line and headers of a reply, up to and including the blank line; a
-    ``content-length`` first when ``length`` is given."""
+    ``content-length`` first when ``length`` is given.
+
+    Remembered by all it is made of: the replies to the same request are alike (a binary
+    infer reply of the same outputs has the same headers and length), so most are copied
+    from an earlier one (a ``bytearray``: the caller may add the body to it).
+    """
+    key = (status, length, keep_alive, *headers)
+    try:
+        head = _heads.get(key)
+    except TypeError:  # an ASGI app's header pairs may be lists
+        return bytearray(_head(status, headers, keep_alive, length))
+    if head is None:
+        head = remember(_heads, key, _head(status, headers, keep_alive, length))
+    return bytearray(head)
+
+
+def _head(status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool, length: int) -> bytes:
     head = bytearray(_STATUS_LINES.get(status) or status_line(status))
     if length >= 0:
         head += b"content-length: %d\r\n" % length
@@ -51,7 +68,11 @@ def reply_head(
     if not keep_alive:
         head += b"connection: close\r\n"
     head += b"\r\n"
-    return head
+    return bytes(head)
+
+
+#: reply heads by status, length, keep-alive and headers (``memo.LIMIT`` at most)
+_heads: dict[tuple[Any, ...], bytes] = {}
 
 
 def write_reply(transport: Any, reply: Reply, keep_alive: bool, head_only: bool = False) -> None:
