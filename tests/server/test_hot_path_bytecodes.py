@@ -54,8 +54,6 @@ def server() -> Iterator[Server]:
         model_control_mode="explicit",
         load_model=["add_one"],
     ) as running:
-        if not running.running:
-            running.start()
         yield running
 
 
