@@ -58,8 +58,8 @@ class RequestChecker:
         """Raise ``InvalidArgumentError`` on a bad request; return its batch size.
 
         A request cut out by a plan that passed before is not checked again: its inputs and
-        outputs are those of the first (only a plan that passed is remembered, so a refused
-        request is refused each time, with its own id in the message).
+        outputs are those of the first. Only a plan that passed is remembered: a request of
+        one that failed is checked, and refused, each time.
         """
         plan = request.plan
         if plan is None:

@@ -77,6 +77,20 @@ def _sums(requests: list[RequestTimes]) -> list[int]:
     return [sum(map(stamp, requests)) for stamp in _STAMPS]
 
 
+def _durations(
+    received: int, started: int, input_done: int, infer_done: int, output_done: int
+) -> tuple[int, int, int, int, int]:
+    """Request, queue and the three compute phases, from a request's timestamps (or their
+    sums over many requests: the sums of the durations)."""
+    return (
+        output_done - received,
+        started - received,
+        input_done - started,
+        infer_done - input_done,
+        output_done - infer_done,
+    )
+
+
 @dataclass(slots=True)
 class StatsSnapshot:
     """A consistent copy of one version's counters (see ``ModelStatistics.snapshot``)."""
@@ -155,12 +169,8 @@ class ModelStatistics:
                 self._add_recorded()
         observer = self.observer
         if observer is not None:
-            durations = (
-                times.output_done - times.received,
-                times.started - times.received,
-                times.input_done - times.started,
-                times.infer_done - times.input_done,
-                times.output_done - times.infer_done,
+            durations = _durations(
+                times.received, times.started, times.input_done, times.infer_done, times.output_done
             )
             # OBSERVED starts with these five, in this order.
             for name, ns in zip(OBSERVED[:5], durations, strict=True):
@@ -171,6 +181,18 @@ class ModelStatistics:
         lock held). Each timestamp is summed over many requests in C (``_sums``): the
         durations are differences of those sums."""
         executed, self._executed = self._executed, []
+        if executed:
+            self._add_executions(executed)
+        succeeded, self._succeeded = self._succeeded, []
+        if succeeded:
+            for duration, ns in zip(self._per_request, _durations(*_sums(succeeded)), strict=True):
+                duration.add(ns, len(succeeded))
+            # the last success's end in wall-clock milliseconds (a failure since may be later)
+            ended_ns = succeeded[-1].output_done + time.time_ns() - time.monotonic_ns()
+            self.last_inference_ms = max(self.last_inference_ms, ended_ns // 1_000_000)
+
+    def _add_executions(self, executed: list[tuple[int, RequestTimes]]) -> None:
+        """The compute phases of ``executed``, per batch size (the lock held)."""
         by_size: dict[int, list[RequestTimes]] = {}
         for batch_size, times in executed:
             same = by_size.get(batch_size)
@@ -182,25 +204,9 @@ class ModelStatistics:
             per_phase = self.batches.get(batch_size)
             if per_phase is None:
                 per_phase = self.batches[batch_size] = {p: Duration() for p in _PHASES}
-            _, started, input_done, infer_done, output_done = _sums(same)
-            per_phase["compute_input"].add(input_done - started, len(same))
-            per_phase["compute_infer"].add(infer_done - input_done, len(same))
-            per_phase["compute_output"].add(output_done - infer_done, len(same))
-        succeeded, self._succeeded = self._succeeded, []
-        if succeeded:
-            received, started, input_done, infer_done, output_done = _sums(succeeded)
-            durations = (
-                output_done - received,
-                started - received,
-                input_done - started,
-                infer_done - input_done,
-                output_done - infer_done,
-            )
-            for duration, ns in zip(self._per_request, durations, strict=True):
-                duration.add(ns, len(succeeded))
-            # the last success's end in wall-clock milliseconds (a failure since may be later)
-            ended_ns = succeeded[-1].output_done + time.time_ns() - time.monotonic_ns()
-            self.last_inference_ms = max(self.last_inference_ms, ended_ns // 1_000_000)
+            phases = _durations(*_sums(same))[2:]
+            for phase, ns in zip(_PHASES, phases, strict=True):
+                per_phase[phase].add(ns, len(same))
 
     def _observe(self, **durations_ns: int) -> None:
         observer = self.observer
