@@ -56,7 +56,12 @@ class FakeExecutor:
     instance_count: int = 1
     gate: asyncio.Event | None = None
     batches: list[list[str]] = field(default_factory=list)
+    #: False: no ``when_free`` (as under a rate limiter), the batcher awaits ``acquire``
+    hands_over: bool = True
     _idle: asyncio.Queue[_Slot] | None = None
+    _takers: list[Callable[[_Slot], None]] = field(default_factory=list)
+    #: what happened, in order: "execute <ids>", "freed" (once ``release`` returned)
+    events: list[str] = field(default_factory=list)
 
     def _slots(self) -> asyncio.Queue[_Slot]:
         if self._idle is None:
@@ -72,12 +77,21 @@ class FakeExecutor:
         slots = self._slots()
         return None if slots.empty() else slots.get_nowait()
 
+    def when_free(self, take: Callable[[_Slot], None]) -> bool:
+        if self.hands_over:
+            self._takers.append(take)
+        return self.hands_over
+
     def release(self, slot: _Slot) -> None:
         assert self._idle is not None
+        if self._takers:
+            self._takers.pop(0)(slot)
+            return
         self._idle.put_nowait(slot)
 
     def execute(self, slot: _Slot, batch: list[Pending]) -> asyncio.Future[None]:
         self.batches.append([p.request.id for p in batch])
+        self.events.append("execute " + " ".join(self.batches[-1]))
         return asyncio.ensure_future(self._finish(slot, batch))
 
     async def _finish(self, slot: _Slot, batch: list[Pending]) -> None:
@@ -88,6 +102,7 @@ class FakeExecutor:
             if not pending.future.done():
                 pending.future.set_result(ExecResult())
         self.release(slot)
+        self.events.append("freed")
 
 
 def config(text: str, max_batch_size: int = 8) -> ModelConfig:
@@ -182,6 +197,24 @@ async def test_requests_with_other_shapes_go_in_another_batch() -> None:
     await behind_a_busy_instance(batcher, executor, pending("a"), rest)
     assert executor.batches == [["a"], ["b"], ["c"], ["d"]]
     await batcher.close()
+
+
+@pytest.mark.parametrize("hands_over", [True, False])
+@in_loop
+async def test_a_freed_instance_takes_the_queued_batch_in_the_call_that_frees_it(
+    hands_over: bool,
+) -> None:
+    """Requests queued behind a busy instance leave within the call that frees it, before the
+    loop runs anything else (Triton's batcher thread is woken by the instance); an executor
+    that cannot hand over (a rate limiter's) has them sent by the task awaiting ``acquire``."""
+    executor = FakeExecutor(gate=asyncio.Event(), hands_over=hands_over)
+    batcher = DynamicBatcher(config("dynamic_batching {}"), executor)
+    await behind_a_busy_instance(batcher, executor, pending("a"), [pending("b"), pending("c")])
+    if hands_over:
+        assert executor.events[:3] == ["execute a", "execute b c", "freed"]
+    else:
+        assert executor.events[:3] == ["execute a", "freed", "execute b c"]
+    assert executor.batches == [["a"], ["b", "c"]]
 
 
 @in_loop

@@ -1,8 +1,8 @@
 """Triton's dynamic batcher: requests wait in priority queues and leave in batches.
 
-It runs on loop callbacks, without a task of its own while instances are free: each arrival
-and the end of a queue delay (a microsecond timer) look at the queues, and while every
-instance is busy one task waits for the next to be free. An instance is reserved first and
+It runs on loop callbacks, without a task of its own: each arrival, the end of a queue delay
+(a microsecond timer) and the end of an execution (the instance it frees is handed over in
+that call, ``InstancePool.when_free``) look at the queues. An instance is reserved first and
 only then a batch formed, so requests that arrive while every instance is busy are batched
 together (this is where batching comes from under load, even with
 ``max_queue_delay_microseconds: 0``); a request that finds an instance free leaves at once,
@@ -52,7 +52,9 @@ class DynamicBatcher:
         self._last_delivered: asyncio.Future[None] | None = None
         #: the instance reserved for the batch being formed (held through the queue delay)
         self._slot: Slot | None = None
-        #: waits for an instance while every one is busy
+        #: waiting for an instance while every one is busy: a callback registered with the
+        #: executor (True), or a task awaiting one (under a rate limiter)
+        self._waiting = False
         self._acquiring: asyncio.Task[None] | None = None
         self._now = clock.now_ns
         self._timer = clock.timer(self._pump)
@@ -98,7 +100,7 @@ class DynamicBatcher:
 
     def _start_one(self) -> bool:
         """Start one batch if an instance is free and a batch is due; say whether it did."""
-        if self._closed or self._acquiring is not None:
+        if self._closed or self._waiting:
             return False
         slot = self._slot
         if slot is None:
@@ -106,7 +108,7 @@ class DynamicBatcher:
                 return False
             slot = self._executor.try_acquire()
             if slot is None:
-                self._acquiring = asyncio.ensure_future(self._acquire())
+                self._wait_for_instance()
                 return False
             self._slot = slot
         batch = self._form_batch()
@@ -123,15 +125,30 @@ class DynamicBatcher:
             self._running = [j for j in self._running if not j.done()]
         self._running.append(job)
 
+    def _wait_for_instance(self) -> None:
+        """Every instance is busy: take the next one free as it is freed (``_take``), as
+        Triton's batcher thread, woken when an instance is done, sends its next batch while
+        the front end goes on reading. (A task awaiting the instance would send it only after
+        every other callback of that loop turn, the instance idle meanwhile.)"""
+        self._waiting = True
+        if not self._executor.when_free(self._take):
+            self._acquiring = asyncio.ensure_future(self._acquire())
+
     async def _acquire(self) -> None:
-        """Wait for an instance while every one is busy, then look at the queues again."""
+        """Under a rate limiter: wait for an instance and its resources."""
         try:
             slot = await self._executor.acquire()
         except Exception as exc:
+            self._waiting = False
             self._fail(exc)
             return
         finally:
             self._acquiring = None
+        self._take(slot)
+
+    def _take(self, slot: Slot) -> None:
+        """An instance for the waiting requests (in the call that freed it): send what is due."""
+        self._waiting = False
         if self._closed:
             self._executor.release(slot)
             return
@@ -226,6 +243,7 @@ class DynamicBatcher:
             acquiring.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await acquiring
+        # A callback still registered gives its instance back when it is called.
         self._give_back()
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

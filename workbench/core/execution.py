@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -66,6 +66,9 @@ class InstanceExecutor:
 
     def try_acquire(self) -> Worker | None:
         return self.pool.try_acquire()
+
+    def when_free(self, take: Callable[[Worker], None]) -> bool:
+        return self.pool.when_free(take)
 
     def release(self, slot: Slot) -> None:
         assert isinstance(slot, Worker)

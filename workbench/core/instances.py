@@ -8,8 +8,9 @@ process, which the core drives from the loop (``execute_async``); its thread onl
 decoupled models and a stub being restarted.
 
 Schedulers reserve an instance with ``acquire`` (any idle one, or a given one for sequence
-slots) or ``try_acquire`` (an idle one now, if any), run a batch on it with ``submit``, and give
-it back with ``release``.
+slots), ``try_acquire`` (an idle one now, if any) or ``when_free`` (a callback handed the next
+one in the call that frees it), run a batch on it with ``submit``, and give it back with
+``release``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from workbench import threads
 from workbench.backends.base import Backend, InstanceContext, LoopModelInstance, ModelInstance
@@ -39,6 +41,15 @@ class Worker:
     #: the instance again when the loop can drive it (``LoopModelInstance``), else None:
     #: decided once, when the instance is created, not per execution
     on_loop: LoopModelInstance | None = None
+
+
+#: an acquirer's wait: a future, or a callback (``InstancePool.when_free``)
+_Waiter: TypeAlias = "asyncio.Future[Worker] | Callable[[Worker], None]"
+
+
+def _gone(waiter: _Waiter) -> bool:
+    """A future that no longer waits (cancelled, or handed a worker already)."""
+    return isinstance(waiter, asyncio.Future) and waiter.done()
 
 
 class InstancePool:
@@ -63,8 +74,9 @@ class InstancePool:
         ]
         self._limiter = limiter
         self._idle: deque[Worker] = deque()
-        #: acquirers waiting for an instance: (wanted index or None, future)
-        self._waiters: deque[tuple[int | None, asyncio.Future[Worker]]] = deque()
+        #: acquirers waiting for an instance, first come first served: (the index wanted or
+        #: None, a future, or a callback that takes the instance in the call that frees it)
+        self._waiters: deque[tuple[int | None, _Waiter]] = deque()
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -112,6 +124,17 @@ class InstancePool:
                 raise
         return worker
 
+    def when_free(self, take: Callable[[Worker], None]) -> bool:
+        """Have ``take`` called with the next instance free, in the call that frees it (after
+        the waiters before it): a scheduler dispatches its next batch there, before the loop
+        reads anything else, so a freed instance does not idle while the loop serves other
+        callbacks. False, with nothing registered, under a rate limiter (whose resources are
+        awaited: ``acquire`` then)."""
+        if self._limiter is not None:
+            return False
+        self._waiters.append((None, take))
+        return True
+
     def try_acquire(self) -> Worker | None:
         """An idle instance whose rate-limit resources are free now, without waiting."""
         if self._waiters or not self._idle:
@@ -137,15 +160,18 @@ class InstancePool:
     def _hand_over(self, worker: Worker) -> None:
         """Wake the first waiter that can use ``worker``, else mark it idle."""
         for entry in self._waiters:
-            wanted, future = entry
-            if future.done():
+            wanted, waiter = entry
+            if _gone(waiter):
                 continue
             if wanted is None or wanted == worker.index:
                 self._waiters.remove(entry)
-                future.set_result(worker)
+                if isinstance(waiter, asyncio.Future):
+                    waiter.set_result(worker)
+                else:
+                    waiter(worker)
                 return
         self._idle.append(worker)
-        while self._waiters and self._waiters[0][1].done():
+        while self._waiters and _gone(self._waiters[0][1]):
             self._waiters.popleft()
 
     # -- execution -----------------------------------------------------------------------------
@@ -169,6 +195,7 @@ class InstancePool:
                     pass
                 worker.instance = worker.on_loop = None
             worker.executor.shutdown(wait=False)
-        for _, future in self._waiters:
-            future.cancel()
+        for _, waiter in self._waiters:
+            if isinstance(waiter, asyncio.Future):
+                waiter.cancel()
         self._waiters.clear()

@@ -11,7 +11,7 @@ A scheduler decides *which requests run together and when*; the model's ``Execut
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +59,12 @@ class Executor(Protocol):
 
     def try_acquire(self) -> Slot | None:
         """An idle instance and its resources if both are free now (nobody waits for them)."""
+        ...
+
+    def when_free(self, take: Callable[[Slot], None]) -> bool:
+        """Have ``take`` called with the next free slot, within the call that frees it (an
+        execution's end), instead of a task awaiting ``acquire``. False, with nothing
+        registered, where the slot must be awaited (a rate limiter's resources)."""
         ...
 
     def release(self, slot: Slot) -> None:

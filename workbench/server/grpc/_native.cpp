@@ -27,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
@@ -991,6 +992,10 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native",
 }  // namespace
 
 PyMODINIT_FUNC PyInit__native(void) {
+  // gRPC's locks are abseil's. Debian's abseil tracks the order every lock is taken in, to
+  // report cycles (a debug aid, off in abseil's release builds): 8% of the completion-queue
+  // thread's CPU went to it (benchmarks/README.md). Our process does not need the report.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   kServerType.tp_name = "workbench.server.grpc._native.Server";
   kServerType.tp_basicsize = sizeof(ServerObject);
   kServerType.tp_flags = Py_TPFLAGS_DEFAULT;
