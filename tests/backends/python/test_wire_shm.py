@@ -23,6 +23,7 @@ from workbench import shared_buffers
 from workbench._types import Tensor
 from workbench.backends.python._wire_shm import (
     INITIAL_SIZE,
+    INLINE_BYTES,
     RELEASE_AT_ONCE_BYTES,
     RELEASE_BYTES,
     BlockWriter,
@@ -139,7 +140,7 @@ def test_a_large_input_in_a_shared_body_is_referred_to_not_copied(
     writer, reader, fd = regions
     body = _body(8 * MIB)
     big = body[16:]  # a tensor after the request's JSON header
-    small = np.arange(10, dtype=np.int32)
+    small = np.arange(2048, dtype=np.int32)  # 8 KiB: too large to travel in the message
     parts = [Tensor("SMALL", "INT32", small), Tensor("BIG", "FP32", big)]
     block, descs = writer.write(parts, share=True)
     assert isinstance(descs[1][4], tuple) and isinstance(descs[0][4], int)
@@ -177,6 +178,38 @@ def test_a_small_or_bytes_tensor_in_a_shared_body_is_still_copied(
     block, descs = writer.write(
         [Tensor("SMALL", "FP32", body[:100]), Tensor("NAMES", "BYTES", names)], share=True
     )
-    assert all(isinstance(desc[4], int) for desc in descs)
+    assert not any(isinstance(desc[4], tuple) for desc in descs)  # copied, not referred to
     small, read_names = read_arrays(reader, block, descs)
     assert np.array_equal(small, body[:100]) and list(read_names) == [b"a", b"bc"]
+
+
+def test_small_tensors_travel_in_the_message_without_a_block(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, _ = regions
+    numbers = np.arange(16, dtype=np.float32).reshape(1, 16)
+    names = np.array([b"a", b"bc"], dtype=np.object_)
+    empty = np.zeros((0, 3), dtype=np.int64)
+    parts = [("X", "FP32", numbers), ("NAMES", "BYTES", names), ("E", "INT64", empty)]
+    block, descs = writer.write_parts(parts)
+    assert block == -1 and [type(desc[4]) for desc in descs] == [bytes, bytes, bytes]
+    assert writer.region.map[0] == 0  # nothing was allocated
+    read_numbers, read_names, read_empty = read_arrays(reader, block, descs)
+    assert np.array_equal(read_numbers, numbers) and read_numbers.dtype == np.float32
+    assert list(read_names) == [b"a", b"bc"]
+    assert read_empty.shape == (0, 3) and read_empty.dtype == np.int64
+    read_numbers[0, 0] = -1.0  # a writable copy, as from a block
+    assert numbers[0, 0] == 0.0
+
+
+def test_tensors_over_the_inline_size_together_go_into_a_block(
+    regions: tuple[BlockWriter, Region, int],
+) -> None:
+    writer, reader, _ = regions
+    half = np.ones(INLINE_BYTES // 2, dtype=np.uint8)
+    block, descs = writer.write_parts([("A", "UINT8", half), ("B", "UINT8", half)])
+    assert block == -1  # exactly INLINE_BYTES: still in the message
+    block, descs = writer.write_parts([("A", "UINT8", half), ("B", "UINT8", half[:-1].repeat(2))])
+    assert block >= 0 and all(isinstance(desc[4], int) for desc in descs)
+    a, b = read_arrays(reader, block, descs)
+    assert a.sum() == INLINE_BYTES // 2 and b.sum() == INLINE_BYTES - 2

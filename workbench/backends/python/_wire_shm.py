@@ -14,6 +14,11 @@ Numeric arrays under ``IN_PLACE_BYTES`` are copied into a block and copied out a
 such sizes two plain copies cost less than tracking a view); bigger ones are copied into the
 block once and read in place (see ``read_block``). BYTES tensors travel in Triton's form (each
 element a little-endian ``uint32`` length then the bytes).
+
+A message whose tensors come to ``INLINE_BYTES`` or less has no block: each descriptor carries
+its tensor's bytes instead of an offset, and they cross in the message itself. For such sizes
+allocating, placing, reading and freeing a block cost more than the few extra bytes on the
+socket (a third of the loop's per-execution messaging for a 64-byte tensor).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ _ALIGN = 64
 INITIAL_SIZE = 1 << 20
 #: tensors from this size up are read in place; smaller ones are copied out
 IN_PLACE_BYTES = 64 * 1024
+#: a message's tensors of this many bytes or fewer (together) travel in the message itself
+INLINE_BYTES = 4096
 #: free space this large gives its pages back to the system (see ``BlockWriter.release``)
 RELEASE_BYTES = 4 << 20
 #: how long after the last large message the free space's pages are given back: back-to-back
@@ -54,7 +61,8 @@ _PAGE = mmap.PAGESIZE
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: frees a shared file's pages
 
 #: one tensor in a block: (name, datatype, shape, numpy dtype string, offset, nbytes); the
-#: offset of a tensor left in a shared buffer is that buffer's ``shared_buffers.Ref``
+#: offset of a tensor left in a shared buffer is that buffer's ``shared_buffers.Ref``, that of
+#: a tensor carried in the message (``INLINE_BYTES``) its bytes
 TensorDesc = tuple[str, str, tuple[int, ...], str, Any, int]
 #: one tensor to write: (name, wire datatype, array)
 Part = tuple[str, str, Any]
@@ -203,11 +211,18 @@ class BlockWriter:
         if len(parts) == 1:  # the usual case, in one pass
             name, datatype, array = parts[0]
             data = _payload(datatype, array)
+            if len(data) <= INLINE_BYTES:
+                return -1, [_inline(name, datatype, array, data)]
             block = self.allocate(len(data))
             return block, [self._place(block + _HEADER, name, datatype, array, data)]
         if not parts:
             return -1, []
         payloads = [_payload(datatype, array) for _, datatype, array in parts]
+        if sum(len(data) for data in payloads) <= INLINE_BYTES:
+            return -1, [
+                _inline(name, datatype, array, data)
+                for (name, datatype, array), data in zip(parts, payloads)  # noqa: B905
+            ]
         block = self.allocate(sum((len(data) + _ALIGN - 1) & -_ALIGN for data in payloads))
         offset = block + _HEADER
         descs: list[TensorDesc] = []
@@ -240,6 +255,12 @@ class BlockWriter:
         self.region.map[offset : offset + nbytes] = data
         dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
         return name, datatype, array.shape, dtype, offset, nbytes
+
+
+def _inline(name: str, datatype: str, array: Any, data: bytes | memoryview) -> TensorDesc:
+    """The descriptor of a tensor that travels in the message: its bytes as its offset."""
+    dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
+    return name, datatype, array.shape, dtype, bytes(data), len(data)
 
 
 def _shared_ref(datatype: str, array: Any) -> shared_buffers.Ref | None:
@@ -345,8 +366,8 @@ def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any
     """
     if descs and any(desc[4].__class__ is tuple for desc in descs):
         return _read_with_refs(region, block, descs)
-    if block < 0:
-        return []
+    if block < 0:  # no block: the tensors (if any) came in the message
+        return [_from_message(desc) for desc in descs]
     last = descs[-1]  # a block's tensors lie in the order of their descriptors
     end = last[4] + last[5]
     if end > region.size:
@@ -373,6 +394,14 @@ def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any
     else:
         region.free_when_unused(block, lease, end)
     return arrays
+
+
+def _from_message(desc: TensorDesc) -> Any:
+    """The array of a tensor carried in the message (a writable copy, as from a block)."""
+    _, datatype, shape, dtype, data, _ = desc
+    if datatype == "BYTES":
+        return deserialize_bytes_tensor(data).reshape(shape)
+    return np.ndarray(shape, _DTYPES.get(dtype) or np.dtype(dtype), bytearray(data))
 
 
 def _read_with_refs(region: Region, block: int, descs: list[TensorDesc]) -> list[Any]:
