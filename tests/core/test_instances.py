@@ -96,3 +96,41 @@ def test_close_drops_callbacks_and_cancels_futures() -> None:
         assert taken == []
 
     asyncio.run(scenario())
+
+
+def test_an_instance_held_for_another_waiter_is_not_waited_for_by_a_callback() -> None:
+    """An idle instance that a waiter for a given index holds back is one ``acquire`` takes
+    at once: ``when_free`` refuses, rather than waiting for a release that may never come."""
+
+    async def scenario() -> None:
+        pool = await _pool(2)
+        first = pool.try_acquire()
+        assert first is not None and first.index == 0
+        wants_first = asyncio.ensure_future(pool.acquire(0))  # instance 1 stays idle
+        await asyncio.sleep(0)
+        assert pool.try_acquire() is None
+        assert not pool.when_free(lambda worker: None)
+        assert (await pool.acquire()).index == 1
+        pool.release(first)
+        assert (await wants_first) is first
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_acquirer_does_not_hold_back_a_callback() -> None:
+    async def scenario() -> None:
+        pool = await _pool(1)
+        held = pool.try_acquire()
+        assert held is not None
+        gave_up = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        gave_up.cancel()
+        await asyncio.sleep(0)
+        taken: list[Worker] = []
+        assert pool.when_free(taken.append)
+        pool.release(held)
+        assert taken == [held]
+        await pool.close()
+
+    asyncio.run(scenario())

@@ -135,7 +135,8 @@ class DynamicBatcher:
             self._acquiring = asyncio.ensure_future(self._acquire())
 
     async def _acquire(self) -> None:
-        """Under a rate limiter: wait for an instance and its resources."""
+        """Where the pool cannot hand over (a rate limiter's resources, or an instance idle
+        but held for another waiter): wait for an instance in a task."""
         try:
             slot = await self._executor.acquire()
         except Exception as exc:

@@ -178,16 +178,21 @@ class InstanceExecutor:
         results: list[ExecResult],
         done: asyncio.Future[None] | None = None,
     ) -> None:
-        """Free the instance, give each request its result, record the execution (on the loop)."""
-        self.pool.release(slot)
-        rows = 0
-        for pending, result in zip(batch, results, strict=True):
-            rows += pending.batch_size
-            if not pending.future.done():
-                pending.future.set_result(result)
-        self.stats.record_execution(rows, batch[0].times)
-        if done is not None:
-            done.set_result(None)
+        """Free the instance, give each request its result, record the execution (on the loop).
+
+        The instance goes first: a scheduler waiting for it sends its next batch right here
+        (``InstancePool.when_free``), and the results are given whatever that does."""
+        try:
+            self.pool.release(slot)
+        finally:
+            rows = 0
+            for pending, result in zip(batch, results, strict=True):
+                rows += pending.batch_size
+                if not pending.future.done():
+                    pending.future.set_result(result)
+            self.stats.record_execution(rows, batch[0].times)
+            if done is not None:
+                done.set_result(None)
 
     def finish_result(self, request: InferRequest, result: ExecResult) -> None:
         """Keep the outputs a request asked for, shaped as its config declares them."""

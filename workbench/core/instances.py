@@ -129,10 +129,15 @@ class InstancePool:
         the waiters before it): a scheduler dispatches its next batch there, before the loop
         reads anything else, so a freed instance does not idle while the loop serves other
         callbacks. False, with nothing registered, under a rate limiter (whose resources are
-        awaited: ``acquire`` then)."""
+        awaited) or while an instance is idle: ``acquire`` then."""
         if self._limiter is not None:
             return False
-        self._waiters.append((None, take))
+        waiters = self._waiters
+        if any(_gone(waiter) for _, waiter in waiters):  # acquirers that gave up waiting
+            self._waiters = waiters = deque(entry for entry in waiters if not _gone(entry[1]))
+        if self._idle:  # idle, yet held back for a waiter that wants another instance
+            return False  # (``acquire`` takes it at once)
+        waiters.append((None, take))
         return True
 
     def try_acquire(self) -> Worker | None:

@@ -12,8 +12,9 @@ A request of ``EXECUTE`` carries its trace id (0 when untraced) and a ``BLS``/``
 call the id of the request whose ``trace()`` it was given: the server traces the call as that
 request's child (``TraceTable``).
 
-Tensors never go through the socket: a message names a block of shared memory and carries
-each tensor's name, datatype, shape and offset (see ``_wire_shm``).
+A message names a block of shared memory and carries each tensor's name, datatype, shape and
+offset there; a message whose tensors come to 4 KiB or less has no block and carries their
+bytes instead (see ``_wire_shm``).
 """
 
 from __future__ import annotations

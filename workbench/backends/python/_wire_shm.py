@@ -356,7 +356,8 @@ def read_block(region: Region, block: int, descs: list[TensorDesc]) -> list[Tens
 
 
 def read_arrays(region: Region, block: int, descs: list[TensorDesc]) -> list[Any]:
-    """The arrays of a block's tensors; the block is freed once nothing uses it any more.
+    """The arrays of a block's tensors (of the message's own, with no block: ``block`` -1);
+    the block is freed once nothing uses it any more.
 
     Tensors under ``IN_PLACE_BYTES`` are copied out (cheaper than tracking them). Bigger ones
     are read in place with ``numpy.frombuffer`` and keep their block live until the last array
