@@ -64,7 +64,8 @@ class Executor(Protocol):
     def when_free(self, take: Callable[[Slot], None]) -> bool:
         """Have ``take`` called with the next free slot, within the call that frees it (an
         execution's end), instead of a task awaiting ``acquire``. False, with nothing
-        registered, where the slot must be awaited (a rate limiter's resources)."""
+        registered, where ``acquire`` must be used instead (a rate limiter's resources, or a
+        slot idle but held for another waiter)."""
         ...
 
     def release(self, slot: Slot) -> None:

@@ -243,8 +243,9 @@ class BlockWriter:
             if ref is None:
                 descs.append(next(placed))
             else:
-                dtype = _DTYPE_STRS.get(array.dtype) or array.dtype.str
-                descs.append((name, datatype, array.shape, dtype, ref, array.nbytes))
+                descs.append(
+                    (name, datatype, array.shape, _dtype_str(datatype, array), ref, array.nbytes)
+                )
         return block, descs
 
     def _place(
@@ -253,14 +254,17 @@ class BlockWriter:
         """Copy ``data`` to ``offset``; the descriptor of the tensor it holds."""
         nbytes = len(data)
         self.region.map[offset : offset + nbytes] = data
-        dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
-        return name, datatype, array.shape, dtype, offset, nbytes
+        return name, datatype, array.shape, _dtype_str(datatype, array), offset, nbytes
 
 
 def _inline(name: str, datatype: str, array: Any, data: bytes | memoryview) -> TensorDesc:
     """The descriptor of a tensor that travels in the message: its bytes as its offset."""
-    dtype = "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
-    return name, datatype, array.shape, dtype, bytes(data), len(data)
+    return name, datatype, array.shape, _dtype_str(datatype, array), bytes(data), len(data)
+
+
+def _dtype_str(datatype: str, array: Any) -> str:
+    """A descriptor's numpy dtype string ("" for BYTES, whose elements carry their lengths)."""
+    return "" if datatype == "BYTES" else _DTYPE_STRS.get(array.dtype) or array.dtype.str
 
 
 def _shared_ref(datatype: str, array: Any) -> shared_buffers.Ref | None:
