@@ -26,14 +26,26 @@ process, or tritonserver's; model processes not counted) and the stubs', the ran
 picks here loses on Triton against Triton's own best under the same bound (issue #17's targets:
 ρ ≥ 0.95, regret ≤ 5%).
 
+Many points of this grid are the same server behaviour (at concurrency 1 the instance count
+changes nothing, nor does the delay with max_batch_size 1): their order is a coin toss on
+either engine, which caps plain ρ near 0.94 even for two identical engines
+(benchmarks/README.md, "Ties in the grid"). So ρ is printed twice: plain, and with near-ties,
+where points whose medians on an engine are not told apart by that engine's own run-to-run
+noise share their rank (``tie_ranks``).
+
+Every sweep's rows are saved as JSON beside the report; ``--from-json`` prints the report
+again from such a file without running anything.
+
 Usage::
 
     python benchmarks/transfer.py --duration-s 2 --p99-ms 50 --repeats 3
+    python benchmarks/transfer.py --from-json benchmarks/results/<date>_transfer.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -116,28 +128,99 @@ def write_repository(root: Path, execution_env: str | None = None) -> Path:
     return root
 
 
+def ranks(values: Sequence[float]) -> list[float]:
+    """Each value's rank (0 for the smallest), equal values sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            result[order[position]] = (start + end) / 2
+        start = end + 1
+    return result
+
+
+def tie_ranks(medians: Sequence[float], errors: Sequence[float], z: float = 2.0) -> list[float]:
+    """Ranks where points the noise cannot tell apart share theirs: in order of median, a
+    point joins the group of the lowest one before it unless their difference is more than
+    ``z`` standard errors of it (``errors``: each median's standard error)."""
+    order = sorted(range(len(medians)), key=lambda i: medians[i])
+    groups: list[list[int]] = []
+    for index in order:
+        if groups:
+            lead = groups[-1][0]
+            spread = z * (errors[lead] ** 2 + errors[index] ** 2) ** 0.5
+            if medians[index] - medians[lead] <= spread:
+                groups[-1].append(index)
+                continue
+        groups.append([index])
+    result = [0.0] * len(medians)
+    start = 0
+    for group in groups:
+        for index in group:
+            result[index] = start + (len(group) - 1) / 2
+        start += len(group)
+    return result
+
+
+def correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Pearson's correlation (of ranks: Spearman's ρ); NaN where either side is constant."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((a - mean_x) * (b - mean_y) for a, b in zip(xs, ys, strict=True))
+    var_x = sum((a - mean_x) ** 2 for a in xs)
+    var_y = sum((b - mean_y) ** 2 for b in ys)
+    return cov / (var_x * var_y) ** 0.5 if var_x and var_y else float("nan")
+
+
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's ρ (average ranks for ties)."""
+    return correlation(ranks(xs), ranks(ys))
 
-    def ranks(values: Sequence[float]) -> list[float]:
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        result = [0.0] * len(values)
-        start = 0
-        while start < len(order):
-            end = start
-            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-                end += 1
-            for position in range(start, end + 1):
-                result[order[position]] = (start + end) / 2
-            start = end + 1
-        return result
 
-    rx, ry = ranks(xs), ranks(ys)
-    mean_x, mean_y = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mean_x) * (b - mean_y) for a, b in zip(rx, ry, strict=True))
-    var_x = sum((a - mean_x) ** 2 for a in rx)
-    var_y = sum((b - mean_y) ** 2 for b in ry)
-    return cov / (var_x * var_y) ** 0.5 if var_x and var_y else float("nan")
+def median_error(values: Sequence[float]) -> tuple[float, float]:
+    """The median of one point's runs and its standard error, from their median absolute
+    deviation (robust to the odd run a stall slowed): 1.4826 MAD estimates one run's σ, and
+    the median of n runs has about 1.2533 σ / √n. (NaN error for fewer than three runs.)"""
+    ordered = sorted(values)
+    count = len(ordered)
+    median = (
+        ordered[count // 2] if count % 2 else (ordered[count // 2 - 1] + ordered[count // 2]) / 2
+    )
+    if count < 3:
+        return median, float("nan")
+    deviations = sorted(abs(value - median) for value in ordered)
+    mad = (
+        deviations[count // 2]
+        if count % 2
+        else (deviations[count // 2 - 1] + deviations[count // 2]) / 2
+    )
+    return median, 1.2533 * 1.4826 * mad / count**0.5
+
+
+def near_tie_rho(
+    ours: Sequence[Sequence[dict[str, Any]]], theirs: Sequence[Sequence[dict[str, Any]]]
+) -> float:
+    """ρ between two engines' runs of the same grid, each engine's near-ties (``tie_ranks``
+    with its own run-to-run noise) sharing their rank. NaN without three runs on each."""
+    noise = []
+    for runs in (ours, theirs):
+        by_point: dict[tuple[Any, ...], list[float]] = {}
+        for rows in runs:
+            for row in rows:
+                by_point.setdefault(point_key(row), []).append(float(row["throughput"]))
+        noise.append({key: median_error(values) for key, values in by_point.items()})
+    shared = sorted(set(noise[0]) & set(noise[1]), key=str)
+    sides = []
+    for side in noise:
+        medians = [side[key][0] for key in shared]
+        errors = [side[key][1] for key in shared]
+        if any(error != error for error in errors):  # NaN: too few runs to know the noise
+            return float("nan")
+        sides.append(tie_ranks(medians, errors))
+    return correlation(*sides)
 
 
 def median_rows(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -259,7 +342,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workbench (EXECUTION_ENV_PATH): one whose python is the build Triton's stub links "
         "(here: a venv of /usr/bin/python3 with numpy); default: sys.executable",
     )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="print the report of a run saved before (its .json) instead of running",
+    )
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text())
+        for name, saved_runs in saved["runs"].items():
+            print(_section(name, saved_runs, saved["p99_ms"]), flush=True)
+        return 0
 
     from tests.integration.peers import prepare
 
@@ -273,9 +366,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tritonserver": write_repository(root / "tritonserver"),
     }
     sections = []
+    every_run: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
     try:
         for name in args.models:
             runs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in ENGINES}
+            every_run[name] = runs
             for repeat in range(args.repeats):
                 order = ENGINES if repeat % 2 == 0 else ENGINES[::-1]
                 for engine in order:
@@ -304,12 +399,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.execution_env:
         info["execution_env"] = args.execution_env
     body = "\n\n".join([*sections, notes])
-    report = f"transfer_{args.label}" if args.label else "transfer"
-    write_report(results_path(report), "Sweep transfer", body, info, "")
+    report = results_path(f"transfer_{args.label}" if args.label else "transfer")
+    write_report(report, "Sweep transfer", body, info, "")
+    saved = {"p99_ms": args.p99_ms, "machine": info, "runs": every_run}
+    report.with_suffix(".json").write_text(json.dumps(saved, indent=1, default=_plain))
     return 0
 
 
 ENGINES = ("workbench", "tritonserver")
+
+
+def _plain(value: Any) -> Any:
+    """A row's value JSON does not know (a numpy number, say) as a plain one."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
 
 
 def _section(name: str, runs: Mapping[str, list[list[dict[str, Any]]]], p99_ms: float) -> str:
@@ -321,8 +424,10 @@ def _section(name: str, runs: Mapping[str, list[list[dict[str, Any]]]], p99_ms: 
     chosen = dict(zip(GRID, found["chosen"], strict=True))
     lines += [
         "",
-        f"ρ (Spearman, throughput) = {found['rho']:.3f}; best(p99_ms={p99_ms:g}) here = "
-        f"{chosen}, regret on Triton = {100 * found['regret']:.1f}%",
+        f"ρ (Spearman, throughput) = {found['rho']:.3f}; with near-ties "
+        f"= {near_tie_rho(runs['workbench'], runs['tritonserver']):.3f}; "
+        f"best(p99_ms={p99_ms:g}) here = {chosen}, regret on Triton = "
+        f"{100 * found['regret']:.1f}%",
     ]
     triton_runs = runs["tritonserver"]
     if len(triton_runs) > 1:  # the noise floor: Triton's first run against Triton's median
