@@ -184,20 +184,17 @@ def median_error(values: Sequence[float]) -> tuple[float, float]:
     """The median of one point's runs and its standard error, from their median absolute
     deviation (robust to the odd run a stall slowed): 1.4826 MAD estimates one run's σ, and
     the median of n runs has about 1.2533 σ / √n. (NaN error for fewer than three runs.)"""
-    ordered = sorted(values)
-    count = len(ordered)
-    median = (
-        ordered[count // 2] if count % 2 else (ordered[count // 2 - 1] + ordered[count // 2]) / 2
-    )
-    if count < 3:
+    median = _median(values)
+    if len(values) < 3:
         return median, float("nan")
-    deviations = sorted(abs(value - median) for value in ordered)
-    mad = (
-        deviations[count // 2]
-        if count % 2
-        else (deviations[count // 2 - 1] + deviations[count // 2]) / 2
-    )
-    return median, 1.2533 * 1.4826 * mad / count**0.5
+    mad = _median([abs(value - median) for value in values])
+    return median, 1.2533 * 1.4826 * mad / len(values) ** 0.5
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def near_tie_rho(
