@@ -12,7 +12,10 @@ registers): a ``NativeCall`` is the handler's ``context`` (the part of
 ``grpc.aio.ServicerContext`` the service uses: ``abort``, ``write``, ``invocation_metadata``,
 ``add_done_callback``, ``set_compression``), and a stream's
 requests are an async iterator fed by the call's messages. Restricted protocols are refused
-here, before the handler, as the grpc.aio interceptor refuses them.
+here, before the handler, as the grpc.aio interceptor refuses them. A call's first step runs
+inside the drain that read it (``start_eagerly``): a ``ModelInfer`` is queued at the
+scheduler before the loop reads anything else, so a reply read in the same loop turn finds
+it there, and a task is made only for the rest.
 
 A ``ModelInfer`` request of ``shared_buffers.SHARED_BYTES`` or more arrives in a memfd (copied
 there by gRPC's thread), which a Python model's stub maps instead of receiving a copy: from
@@ -23,9 +26,11 @@ gRPC in its parts (``response_codec.serialize_response_parts``), neither joined 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, NoReturn
 
 import grpc
@@ -264,7 +269,10 @@ class NativeServer:
         if handler.unary_unary is None:
             call._inbox = asyncio.Queue()
         assert self._loop is not None
-        call.task = self._loop.create_task(self._serve(call, handler, message))
+        # Its first step now, inside this drain: the request reaches the scheduler before the
+        # loop reads anything else (a stub's reply read next finds it queued), and a task is
+        # made only for the rest (benchmarks/README.md, "The first step in the drain").
+        call.task = start_eagerly(self._loop, self._serve(call, handler, message))
 
     async def _serve(self, call: NativeCall, handler: Any, message: Any) -> None:
         """Serve ``call`` (a unary call's reply is serialised; a stream writes its own) and end
@@ -311,6 +319,45 @@ class NativeServer:
     @staticmethod
     async def _stream(call: NativeCall, handler: Any) -> None:
         await handler.stream_stream(call.requests(), call)
+
+
+def start_eagerly(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
+) -> asyncio.Task[Any] | None:
+    """Run ``coro`` up to its first wait in this call, then on in a task (None: it ended in
+    this call; a failure of that first step is raised here). A request thus reaches the
+    scheduler in the loop step that read it.
+
+    Python 3.12's ``eager_start`` does this; before it, the first step runs here in a context
+    of its own (as a task's would: nothing it sets leaks into the caller's), and the task
+    that drives the rest starts from that context."""
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
+    context = contextvars.copy_context()
+    try:
+        waiting = context.run(coro.send, None)
+    except StopIteration:
+        return None
+    return context.run(loop.create_task, _carry_on(coro, waiting))
+
+
+def _carry_on(coro: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, None, Any]:
+    """The rest of a coroutine whose first step ran outside a task, for a task to drive (a
+    generator, which tasks take before Python 3.12): it hands the task what the coroutine
+    waits for, and passes the task's wake-ups (a result, or a cancellation thrown in) on."""
+    while True:
+        thrown: BaseException | None = None
+        try:
+            yield waiting
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the task's cancellation, passed on
+            thrown = exc
+        try:
+            waiting = coro.send(None) if thrown is None else coro.throw(thrown)
+        except StopIteration as done:
+            return done.value
 
 
 def _close_shared(message: Any) -> None:
