@@ -12,12 +12,11 @@ Measured on 2026-11-26 with these clients (loop thread, per request): HTTP 4,108
 model remembered the plans that passed its checks, statistics were summed in groups and reply
 heads were remembered, 3,628 after; gRPC (the native front end) 3,501 after. On 2026-11-27,
 once tensors of 4 KiB or less crossed to the stub in the message rather than a shared-memory
-block (``_wire_shm.INLINE_BYTES``): HTTP 3,492, gRPC 3,364; gRPC 3,434 once a call's first
-step ran in the drain that read it (``native.start_eagerly``: its generator carries the call on
-in a task, +66 a request on 3.11, for 4-7% more requests per second at c=1). The budgets sit
-about 5-7% above: a
-change that adds back that much work per request fails here (the HTTP one fails on the code
-before).
+block (``_wire_shm.INLINE_BYTES``): HTTP 3,492, gRPC 3,364; gRPC 3,454 once a call's first
+step ran in the drain that read it (``native.start_eagerly``: a coroutine object carries the
+call on in a task, +86 a request on 3.11, for 4-7% more requests per second at c=1). The
+budgets sit 4-7% above: a change that adds back that much work per request fails here (the
+HTTP one fails on the code before).
 When a change moves the counts on purpose, count again and say so in the commit.
 """
 

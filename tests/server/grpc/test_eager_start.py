@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from typing import Any
 
+import grpc
 import pytest
 
+from workbench.server.grpc import native
 from workbench.server.grpc.native import start_eagerly
 
 
@@ -133,3 +136,80 @@ def test_what_the_first_step_sets_stays_with_the_call() -> None:
 
     asyncio.run(scenario())
     assert seen == ["the call's"]
+
+
+def test_a_cancel_before_the_task_s_first_step_reaches_the_coroutine() -> None:
+    # A call and its cancellation read in the same drain: the task has not run yet.
+    events: list[str] = []
+
+    async def call(gate: asyncio.Future[None]) -> None:
+        try:
+            await gate
+        except asyncio.CancelledError:
+            events.append("cancelled while waiting")
+            raise
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        task = start_eagerly(loop, call(gate))
+        assert task is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gate.cancelled()
+
+    asyncio.run(scenario())
+    assert events == ["cancelled while waiting"]
+
+
+def test_a_first_step_that_yields_to_the_loop_is_resumed() -> None:
+    async def call() -> str:
+        await asyncio.sleep(0)  # a bare yield, no future
+        return "done"
+
+    async def scenario() -> None:
+        task = start_eagerly(asyncio.get_running_loop(), call())
+        assert task is not None
+        assert await task == "done"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.skipif(not native.available(), reason="the native gRPC front end is not built here")
+def test_the_loop_sends_a_reply_itself_only_when_nothing_else_waits() -> None:
+    # Two calls read in one drain, each answered in its first step: the first reply goes to
+    # the sender thread (another event of the drain is still to be handled), the last is
+    # sent by the loop itself.
+    finished: list[tuple[int, bool]] = []
+
+    class Transport:
+        def __init__(self, events: list[tuple[Any, ...]]) -> None:
+            self.events = events
+
+        def drain(self) -> list[tuple[Any, ...]]:
+            events, self.events = self.events, []
+            return events
+
+        def finish(self, call_id: int, code: int, details: str, reply: Any = None,
+                   tell_done: bool = True, here: bool = False) -> None:  # fmt: skip
+            finished.append((call_id, here))
+
+    async def live(request: Any, context: Any) -> Any:
+        return request
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        live, request_deserializer=bytes, response_serializer=bytes
+    )
+    method = "/inference.GRPCInferenceService/ServerLive"
+
+    async def scenario() -> None:
+        server = native.NativeServer({method: handler}, {})
+        server._loop = asyncio.get_running_loop()
+        call_event = native._native.CALL
+        calls = [(call_event, 1, method, (), b""), (call_event, 2, method, (), b"")]
+        server.native = Transport(calls)
+        server._drain()
+
+    asyncio.run(scenario())
+    assert finished == [(1, False), (2, True)]

@@ -26,6 +26,7 @@ gRPC in its parts (``response_codec.serialize_response_parts``), neither joined 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextvars
 import logging
 import os
@@ -197,6 +198,8 @@ class NativeServer:
             streaming=_STREAMING, share_method=_SHARED_METHOD, share_from=share_from
         )
         self.calls: dict[int, NativeCall] = {}
+        #: events of the drain under way still to be handled after the current one
+        self._unread = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
 
@@ -226,7 +229,11 @@ class NativeServer:
             self._loop = None
 
     def _drain(self) -> None:
-        for event in self.native.drain():
+        events = self.native.drain()
+        unread = len(events)
+        for event in events:
+            unread -= 1
+            self._unread = unread
             try:
                 self._react(event)
             except Exception as exc:  # noqa: BLE001 - one event's failure loses no other
@@ -272,7 +279,11 @@ class NativeServer:
         # Its first step now, inside this drain: the request reaches the scheduler before the
         # loop reads anything else (a stub's reply read next finds it queued), and a task is
         # made only for the rest (benchmarks/README.md, "The first step in the drain").
-        call.task = start_eagerly(self._loop, self._serve(call, handler, message))
+        try:
+            call.task = start_eagerly(self._loop, self._serve(call, handler, message))
+        except Exception:  # noqa: BLE001 - _serve answers every failure; only its last
+            # resort (a second native.finish) can fail, and the call is then past answering
+            log.exception("a gRPC call could not be answered")
 
     async def _serve(self, call: NativeCall, handler: Any, message: Any) -> None:
         """Serve ``call`` (a unary call's reply is serialised; a stream writes its own) and end
@@ -307,9 +318,10 @@ class NativeServer:
         tell_done = call._done_callbacks is not None or call._inbox is not None
         if not tell_done:
             self.calls.pop(call.id, None)
-        # Alone (no other call in flight), the loop has nothing else to do: it sends the
-        # reply itself, one thread hop less; else the sender thread does, and the loop goes on.
-        here = not self.calls
+        # Alone (no other call in flight, none left in this drain), the loop has nothing else
+        # to do: it sends the reply itself, one thread hop less; else the sender thread does,
+        # and the loop goes on.
+        here = not self.calls and not self._unread
         try:
             self.native.finish(call.id, code, details, reply, tell_done, here)
         except Exception as exc:  # noqa: BLE001 - a reply that is not bytes: a bug of ours
@@ -325,12 +337,12 @@ def start_eagerly(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
 ) -> asyncio.Task[Any] | None:
     """Run ``coro`` up to its first wait in this call, then on in a task (None: it ended in
-    this call; a failure of that first step is raised here). A request thus reaches the
-    scheduler in the loop step that read it.
+    this call). A request thus reaches the scheduler in the loop step that read it.
 
-    Python 3.12's ``eager_start`` does this; before it, the first step runs here in a context
-    of its own (as a task's would: nothing it sets leaks into the caller's), and the task
-    that drives the rest starts from that context."""
+    Python 3.12's ``eager_start`` does this (a failure of the first step is then the task's).
+    Before it, the first step runs here, in a context of its own as a task's would (nothing it
+    sets leaks into the caller's; a failure of it is raised here), ``asyncio.current_task()``
+    being None meanwhile; a task then drives the rest from that context (``_CarriedOn``)."""
     if sys.version_info >= (3, 12):
         return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
     context = contextvars.copy_context()
@@ -338,26 +350,47 @@ def start_eagerly(
         waiting = context.run(coro.send, None)
     except StopIteration:
         return None
-    return context.run(loop.create_task, _carry_on(coro, waiting))
+    return context.run(loop.create_task, _CarriedOn(coro, waiting))
 
 
-def _carry_on(coro: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, None, Any]:
-    """The rest of a coroutine whose first step ran outside a task, for a task to drive (a
-    generator, which tasks take before Python 3.12): it hands the task what the coroutine
-    waits for, and passes the task's wake-ups (a result, or a cancellation thrown in) on."""
-    while True:
-        thrown: BaseException | None = None
-        try:
-            yield waiting
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the task's cancellation, passed on
-            thrown = exc
-        try:
-            waiting = coro.send(None) if thrown is None else coro.throw(thrown)
-        except StopIteration as done:
-            return done.value
+_TAKEN = object()
+
+
+class _CarriedOn(collections.abc.Coroutine[Any, Any, Any]):
+    """The rest of a coroutine whose first step ran outside a task, as a coroutine for a
+    task to drive: the task's first step gets what the coroutine already waits for, and every
+    wake-up (a result sent, a cancellation thrown) goes on to the coroutine. A cancellation
+    before that first step cancels what the coroutine waits for, as a task cancelled while
+    waiting does, and reaches the coroutine where it waits."""
+
+    __slots__ = ("_coro", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self._coro = coro
+        #: what the coroutine waits for, until the task has taken it (then ``_TAKEN``)
+        self._waiting: Any = waiting
+
+    def send(self, value: Any) -> Any:
+        waiting = self._waiting
+        if waiting is not _TAKEN:
+            self._waiting = _TAKEN
+            return waiting
+        return self._coro.send(value)
+
+    def throw(self, *error: Any) -> Any:
+        waiting = self._waiting
+        if waiting is not _TAKEN:
+            self._waiting = _TAKEN
+            if isinstance(waiting, asyncio.Future):
+                waiting.cancel()
+        return self._coro.throw(*error)
+
+    def close(self) -> None:
+        self._waiting = _TAKEN
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, Any]:  # the protocol's; tasks call send
+        raise TypeError("driven by its task, not awaited")
 
 
 def _close_shared(message: Any) -> None:
