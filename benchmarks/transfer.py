@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -168,11 +169,10 @@ def tie_ranks(medians: Sequence[float], errors: Sequence[float], z: float = 2.0)
 
 def correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Pearson's correlation (of ranks: Spearman's ρ); NaN where either side is constant."""
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    cov = sum((a - mean_x) * (b - mean_y) for a, b in zip(xs, ys, strict=True))
-    var_x = sum((a - mean_x) ** 2 for a in xs)
-    var_y = sum((b - mean_y) ** 2 for b in ys)
-    return cov / (var_x * var_y) ** 0.5 if var_x and var_y else float("nan")
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return float("nan")
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -184,17 +184,11 @@ def median_error(values: Sequence[float]) -> tuple[float, float]:
     """The median of one point's runs and its standard error, from their median absolute
     deviation (robust to the odd run a stall slowed): 1.4826 MAD estimates one run's σ, and
     the median of n runs has about 1.2533 σ / √n. (NaN error for fewer than three runs.)"""
-    median = _median(values)
+    median = statistics.median(values)
     if len(values) < 3:
         return median, float("nan")
-    mad = _median([abs(value - median) for value in values])
+    mad = statistics.median([abs(value - median) for value in values])
     return median, 1.2533 * 1.4826 * mad / len(values) ** 0.5
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def near_tie_rho(

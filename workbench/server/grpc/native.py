@@ -333,6 +333,10 @@ class NativeServer:
         await handler.stream_stream(call.requests(), call)
 
 
+#: asyncio starts a task eagerly itself (Python 3.12+)
+_EAGER_TASKS = sys.version_info >= (3, 12)
+
+
 def start_eagerly(
     loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
 ) -> asyncio.Task[Any] | None:
@@ -343,7 +347,7 @@ def start_eagerly(
     Before it, the first step runs here, in a context of its own as a task's would (nothing it
     sets leaks into the caller's; a failure of it is raised here), ``asyncio.current_task()``
     being None meanwhile; a task then drives the rest from that context (``_CarriedOn``)."""
-    if sys.version_info >= (3, 12):
+    if _EAGER_TASKS:
         return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
     context = contextvars.copy_context()
     try:
