@@ -389,3 +389,32 @@ def test_bytes_after_a_request_that_closes_the_connection_are_not_served(
         except ConnectionResetError:
             pass  # closed with the unserved request unread
     assert (served.status, served.headers[b"connection"]) == (200, b"close")
+
+
+class _Transport:
+    """What a connection uses of its transport, for driving one without a socket."""
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_a_connection_lost_before_its_task_ran_ends_the_task() -> None:
+    # The client sent a request and went (a reset) in the loop step that read it: the task
+    # made for the request then finds the queue dropped and must end, not wait for a request
+    # that can never come (it held the connection until the server's exit).
+    async def main() -> None:
+        connection = HttpConnection(create_app(FakeCore()), set(), set())  # type: ignore[arg-type]
+        connection.connection_made(_Transport())  # type: ignore[arg-type]
+        connection.data_received(get("/v2/health/live"))
+        connection.connection_lost(ConnectionResetError())
+        assert connection._serving is not None
+        await asyncio.wait_for(connection._serving, 5)
+        assert not connection.busy
+
+    asyncio.run(main())

@@ -382,7 +382,7 @@ class HttpConnection(asyncio.Protocol):
         more than the rest of the connection's work for a small request.
         """
         while True:
-            if not self.queue:
+            if not self.queue and not self.closed:  # (closed: the queue was dropped)
                 self.busy = False
                 self._rest()
                 self._waiter = self.loop.create_future()
