@@ -7,13 +7,19 @@ import math
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from workbench.bench import PartialSweepWarning, SweepInterrupted, SweepResult
+from workbench.bench import (
+    PartialSweepWarning,
+    SaturatedHostWarning,
+    SweepInterrupted,
+    SweepResult,
+)
 from workbench.config import parse_pbtxt
 from workbench.errors import InvalidArgumentError, UnavailableError
 
@@ -236,3 +242,42 @@ def test_a_sweep_ended_by_an_error_says_its_rows_are_partial() -> None:
         assert len(failed.df) == 2
     with pytest.raises(RuntimeError, match="server went away"):
         failed.best()
+
+
+# -- the machine's CPU at each point ----------------------------------------------------------
+def _with_host_cpu(shares: list[float]) -> SweepResult:
+    rows = [dict(r, host_cpu=share) for r, share in zip(ROWS, shares, strict=True)]
+    return SweepResult("m", BASE, ["instance_count", "max_batch_size"], rows)
+
+
+def test_host_cpu_is_a_column_of_the_table() -> None:
+    df = _with_host_cpu([0.3, 0.95, 0.4, 0.99]).df
+    assert df["host_cpu"].tolist() == [0.3, 0.95, 0.4, 0.99]
+    assert math.isnan(result().df["host_cpu"][0])  # rows measured before it was recorded
+
+
+def test_choosing_an_instance_count_on_a_saturated_machine_warns() -> None:
+    with pytest.warns(SaturatedHostWarning, match=r"90% busy or more at 2 of 4 .*count=2"):
+        best = _with_host_cpu([0.3, 0.95, 0.4, 0.99]).best()
+    assert best.settings["instance_count"] == 2 and best.metrics["host_cpu"] == 0.99
+
+
+@pytest.mark.parametrize(
+    "shares, instance_counts",
+    [
+        ([0.3, 0.89, 0.4, 0.5], (1, 2)),  # never saturated
+        ([math.nan] * 4, (1, 2)),  # not measured (a remote server)
+        ([0.95, 0.99, 0.95, 0.99], (2, 2)),  # saturated, but only one count was measured
+    ],
+)
+def test_no_warning_where_the_count_was_not_chosen_on_a_saturated_machine(
+    shares: list[float], instance_counts: tuple[int, int]
+) -> None:
+    rows = [
+        dict(r, host_cpu=share, instance_count=instance_counts[i // 2])
+        for i, (r, share) in enumerate(zip(ROWS, shares, strict=True))
+    ]
+    swept = SweepResult("m", BASE, ["instance_count", "max_batch_size"], rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturatedHostWarning)
+        swept.best()

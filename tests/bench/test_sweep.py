@@ -136,6 +136,8 @@ def test_sweep_measures_every_point_on_a_scratch_copy(sweep_bench: Workbench) ->
     unbatched = df[df["max_batch_size"] == 1]["avg_batch"]
     assert (unbatched == 1.0).all(), unbatched.tolist()
     assert df["avg_batch"].between(1.0, 8.0).all(), df["avg_batch"].tolist()
+    # the server runs here: how busy this machine's CPUs were while each level was measured
+    assert df["host_cpu"].between(0.0, 1.0).all() and (df["host_cpu"] > 0).any(), df["host_cpu"]
     assert [p.done for p in seen] == list(range(1, 9)) and seen[-1].total == 8
     # the user's model is untouched, and the scratch copy is gone (files and server)
     assert (model_dir / "config.pbtxt").read_bytes() == before

@@ -153,6 +153,7 @@ def test_bench_sweep_on_a_remote_server_and_apply_best(
         "swept_best", instance_count=[1, 2], concurrency=[2], duration_s=0.3, live=False
     )
     assert len(result.df) == 2 and (result.df["error"] == "").all()
+    assert result.df["host_cpu"].isna().all()  # this machine's CPU is not the server's
     assert served_config(remote, "swept_best")["instance_group"][0]["count"] == 1
     best = result.apply_best()
     count = best.settings["instance_count"]

@@ -10,6 +10,7 @@ from workbench.bench.plan import CONFIG_AXES, SweepPoint, apply_settings, plan_p
 from workbench.bench.result import (
     BestConfig,
     PartialSweepWarning,
+    SaturatedHostWarning,
     SweepInterrupted,
     SweepResult,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Endpoints",
     "PartialSweepWarning",
     "Progress",
+    "SaturatedHostWarning",
     "SweepInterrupted",
     "SweepPoint",
     "SweepResult",

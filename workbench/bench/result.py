@@ -26,6 +26,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench._types import StrPath
 from workbench.bench.figure import latency_figure
+from workbench.bench.host_cpu import SATURATED
 from workbench.bench.plan import CONFIG_AXES, apply_settings
 from workbench.bench.selection import select_best
 from workbench.bench.trace_report import TraceReport
@@ -47,6 +48,7 @@ METRIC_COLUMNS = (
     "compute_infer_us",
     "compute_output_us",
     "avg_batch",
+    "host_cpu",
     "error",
 )
 FORMAT = "triton-workbench-sweep/1"
@@ -80,6 +82,11 @@ class BestConfig:
 
 class PartialSweepWarning(UserWarning):
     """The result read has fewer measurements than its sweep planned (stopped or failed)."""
+
+
+class SaturatedHostWarning(UserWarning):
+    """``best()`` chose an instance count among points where this machine's CPUs were all
+    busy (``host_cpu``), where the choice can differ from real Triton's (``host_cpu.py``)."""
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -266,7 +273,27 @@ class SweepResult:
             )
         )
         metrics = {key: row.get(key) for key in METRIC_COLUMNS}
+        if len({r.get("instance_count") for r in self.rows}) > 1:  # a count was chosen
+            self._warn_if_saturated(settings["instance_count"])
         return BestConfig(self.model, settings, int(row["concurrency"]), metrics, config, diff)
+
+    def _warn_if_saturated(self, instance_count: int) -> None:
+        measured = [row.get("host_cpu") for row in self.rows]
+        busy = [share for share in measured if isinstance(share, float) and share >= SATURATED]
+        if not busy:
+            return
+        warnings.warn(
+            SaturatedHostWarning(
+                f"this machine's CPUs were {SATURATED:.0%} busy or more at {len(busy)} of "
+                f"{len(measured)} measurements (host_cpu): there the server, the model's "
+                "instances and the load share the cores, so more instances gain only what the "
+                "rest leaves them (on the embedded server, whose front end takes more CPU per "
+                f"inference than Triton's, less than on real Triton). Confirm "
+                f"instance_count={instance_count} on the machine you will serve from, or on real "
+                'Triton (Workbench.connect, engine="tritonserver").'
+            ),
+            stacklevel=3,
+        )
 
     def apply_best(self, bench: SupportsEdit | None = None, **constraints: Any) -> BestConfig:
         """Write the best configuration to the model's ``config.pbtxt`` through the config
@@ -322,6 +349,7 @@ __all__ = [
     "METRIC_COLUMNS",
     "BestConfig",
     "PartialSweepWarning",
+    "SaturatedHostWarning",
     "SupportsEdit",
     "SweepInterrupted",
     "SweepResult",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import threads
+from workbench.bench.host_cpu import CpuTimes, busy_fraction
 from workbench.bench.load_generator import PROTOCOLS, LoadResult, error_text
 from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings, plan_concurrency, plan_points
@@ -200,13 +201,15 @@ class SweepRunner:
             if stop.is_set():
                 break
             before = await _snapshot(control, target)
+            cpu_before = CpuTimes.read() if self.endpoints.repository is not None else None
             try:
                 load = await self.load.run(plan, concurrency, self.spec.duration_s, stop)
             except LoadProcessError as exc:  # this level fails; a fresh worker takes the next
                 self._record(_failed_row(point, concurrency, str(exc)))
                 continue
+            host_cpu = busy_fraction(cpu_before, CpuTimes.read() if cpu_before else None)
             after = await _snapshot(control, target)
-            self._record(_measured_row(point, load, before, after))
+            self._record(_measured_row(point, load, before, after, host_cpu))
 
     async def _reconfigure(self, control: Any, point: SweepPoint, changes: Reconfiguration) -> None:
         config = apply_settings(self.result.base_config, point.as_dict())
@@ -280,12 +283,16 @@ def _failed_row(point: SweepPoint, concurrency: int, error: str) -> dict[str, An
     row.update({"throughput": 0.0, "requests": 0, "errors": 0, "error": error})
     row.update({key: nan for key in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "avg_ms")})
     row.update({f"{phase}_us": nan for phase in PHASES})
-    row["avg_batch"] = nan
+    row["avg_batch"] = row["host_cpu"] = nan
     return row
 
 
 def _measured_row(
-    point: SweepPoint, load: LoadResult, before: StatsSnapshot, after: StatsSnapshot
+    point: SweepPoint,
+    load: LoadResult,
+    before: StatsSnapshot,
+    after: StatsSnapshot,
+    host_cpu: float,
 ) -> dict[str, Any]:
     row = _point_columns(point, load.concurrency)
     row["throughput"] = load.throughput
@@ -294,6 +301,7 @@ def _measured_row(
     row["errors"] = load.errors
     row.update(after.per_request_us(before))
     row["avg_batch"] = after.avg_batch(before)
+    row["host_cpu"] = host_cpu
     row["error"] = load.first_error
     return row
 

@@ -1,0 +1,64 @@
+"""How busy this machine's CPUs were while a sweep point was measured (``host_cpu``).
+
+A sweep measures the server, the model's processes and the load on one machine. While its
+cores are all busy, a point measures how those share them: the embedded server's Python front
+end takes more CPU per inference than Triton's C++ one (371 against 262 µs for a CPU-bound
+Python model on two cores, ``benchmarks/README.md``), so there a comparison that hinges on spare
+cores (a second instance of a CPU-bound model) reads a smaller gain than real Triton shows on
+the same machine. ``host_cpu`` in a sweep's rows says where that is so, and ``best()`` warns
+when it chooses an instance count among such points (``SaturatedHostWarning``).
+
+Read from ``/proc/stat`` (Linux): busy is every CPU's time but idle and I/O wait, steal
+included (time the hypervisor gave elsewhere is not ours to use). Elsewhere, NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+#: at or above this fraction of all cores busy, a point counts as a saturated machine
+SATURATED = 0.9
+_STAT = Path("/proc/stat")
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """All CPUs' time so far (clock ticks): busy and in all."""
+
+    busy: int
+    total: int
+
+    @classmethod
+    def read(cls, path: Path = _STAT) -> CpuTimes | None:
+        """Now, or None where there is no ``/proc/stat``."""
+        try:
+            with path.open(encoding="ascii") as stat:
+                return cls.parse(stat.readline())
+        except (OSError, ValueError):
+            return None
+
+    @classmethod
+    def parse(cls, line: str) -> CpuTimes | None:
+        """From ``/proc/stat``'s first line: ``cpu user nice system idle iowait irq softirq
+        steal guest guest_nice`` (guest time is counted in user already, so left out)."""
+        fields = line.split()
+        if len(fields) < 5 or fields[0] != "cpu":
+            return None
+        ticks = [int(value) for value in fields[1:9]]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+        total = sum(ticks)
+        return cls(total - idle, total)
+
+
+def busy_fraction(before: CpuTimes | None, after: CpuTimes | None) -> float:
+    """The share of all cores' time that was busy between two readings (0 to 1; NaN when
+    either is missing or no time passed)."""
+    if before is None or after is None or after.total <= before.total:
+        return math.nan
+    share = (after.busy - before.busy) / (after.total - before.total)
+    return min(max(share, 0.0), 1.0)
+
+
+__all__ = ["SATURATED", "CpuTimes", "busy_fraction"]
