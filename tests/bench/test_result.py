@@ -256,10 +256,36 @@ def test_host_cpu_is_a_column_of_the_table() -> None:
     assert math.isnan(result().df["host_cpu"][0])  # rows measured before it was recorded
 
 
-def test_choosing_an_instance_count_on_a_saturated_machine_warns() -> None:
-    with pytest.warns(SaturatedHostWarning, match=r"80% busy or more at 2 of 4 .*count=2"):
-        best = _with_host_cpu([0.3, 0.95, 0.4, 0.99]).best()
+def test_choosing_an_instance_count_on_a_saturated_machine_warns_where_it_was_chosen() -> None:
+    swept = _with_host_cpu([0.3, 0.95, 0.4, 0.99])
+    with pytest.warns(SaturatedHostWarning) as caught:
+        best = swept.best()
     assert best.settings["instance_count"] == 2 and best.metrics["host_cpu"] == 0.99
+    (warning,) = caught
+    text = str(warning.message)
+    assert "80% busy or more at 2 of the 4 points chosen among" in text
+    assert "max_batch_size=8, instance_count=1 at c=8; " in text and "count=2 on" in text
+    assert warning.filename == __file__  # the caller's line, not the library's
+    with pytest.warns(SaturatedHostWarning) as caught:
+        swept.apply_best(FakeBench())
+    assert caught[0].filename == __file__
+
+
+def test_saturated_points_outside_the_constraints_do_not_count() -> None:
+    # the two saturated points have p99 15 and 25 ms: under p99_ms=5 only the others compete
+    swept = _with_host_cpu([0.3, 0.95, 0.4, 0.99])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturatedHostWarning)
+        best = swept.best(p99_ms=5)
+    assert best.settings["instance_count"] == 2 and best.concurrency == 1
+
+
+def test_rows_with_an_instance_count_that_is_not_an_axis_are_chosen_among_quietly() -> None:
+    rows = [dict(r, host_cpu=0.99) for r in ROWS]
+    swept = SweepResult("m", BASE, ["max_batch_size"], rows)  # a result made by hand
+    with pytest.warns(SaturatedHostWarning, match="instance_count=2"):
+        best = swept.best()
+    assert best.settings == {"max_batch_size": 8}
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ def test_bench_promote_carries_sweep_evidence_and_replays_history(
     sweep = manifest["models"]["text_python"]["sweep"]
     assert sweep["settings"] == dict(best.settings) and sweep["applied"] is True
     assert sweep["throughput"] > 0 and sweep["p99_ms"] > 0 and sweep["points"] == 2
+    assert 0 < sweep["host_cpu"] <= 1  # how busy this machine was at that point
     assert list(bench.history["text_python"])[0]["TEXT"].tolist() == [["Recorded"]]
 
 

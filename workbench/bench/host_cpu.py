@@ -8,8 +8,11 @@ cores (a second instance of a CPU-bound model) reads a smaller gain than real Tr
 the same machine. ``host_cpu`` in a sweep's rows says where that is so, and ``best()`` warns
 when it chooses an instance count among such points (``SaturatedHostWarning``).
 
-Read from ``/proc/stat`` (Linux): busy is every CPU's time but idle and I/O wait, steal
-included (time the hypervisor gave elsewhere is not ours to use). Elsewhere, NaN.
+Read from ``/proc/stat`` (Linux) by the load generator around exactly its measured time:
+busy is every CPU's time but idle and I/O wait, steal included (time the hypervisor gave
+elsewhere is not ours to use). Elsewhere, NaN. It is the whole host's: in a container limited
+to some of its cores, other tenants count, and on a machine with many more cores than the
+model has instances it stays low however busy the server's own threads are.
 """
 
 from __future__ import annotations

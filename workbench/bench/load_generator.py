@@ -11,6 +11,7 @@ A sweep runs it in a worker process (``load_process``), away from the server's G
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.bench.host_cpu import CpuTimes, busy_fraction
 from workbench.bench.senders import GrpcSender, HttpSender, InferCall, model_infer_request
 from workbench.errors import InvalidArgumentError
 
@@ -37,6 +39,8 @@ class LoadResult:
     errors: int = 0
     first_error: str = ""
     elapsed_s: float = 0.0
+    #: how busy this machine's CPUs were over exactly that time (``host_cpu``; NaN unread)
+    host_cpu: float = math.nan
 
     @property
     def throughput(self) -> float:
@@ -82,9 +86,10 @@ async def closed_loop(
                 continue
             result.latencies_s.append(clock() - started)
 
-    began = clock()
+    began, cpu = clock(), CpuTimes.read()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     result.elapsed_s = clock() - began
+    result.host_cpu = busy_fraction(cpu, CpuTimes.read())
     return result
 
 

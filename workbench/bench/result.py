@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import threading
 import time
 import warnings
@@ -28,7 +29,7 @@ from workbench._types import StrPath
 from workbench.bench.figure import latency_figure
 from workbench.bench.host_cpu import SATURATED
 from workbench.bench.plan import CONFIG_AXES, apply_settings
-from workbench.bench.selection import select_best
+from workbench.bench.selection import candidates, select_best
 from workbench.bench.trace_report import TraceReport
 from workbench.config import parse_pbtxt, to_pbtxt
 from workbench.errors import InvalidArgumentError, MissingDependencyError, UnavailableError
@@ -87,6 +88,33 @@ class PartialSweepWarning(UserWarning):
 class SaturatedHostWarning(UserWarning):
     """``best()`` chose an instance count among points where this machine's CPUs were all
     busy (``host_cpu``), where the choice can differ from real Triton's (``host_cpu.py``)."""
+
+
+def _saturated(rows: Sequence[Mapping[str, Any]], count: Any) -> SaturatedHostWarning | None:
+    """The warning for an instance count chosen among ``rows`` where some were measured with
+    this machine's CPUs contended; None when there was no choice of count or no such row."""
+    if len({row.get("instance_count") for row in rows}) < 2:
+        return None
+    busy = [row for row in rows if _share(row.get("host_cpu")) >= SATURATED]
+    if not busy:
+        return None
+    where = "; ".join(f"{row.get('config')} at c={row.get('concurrency')}" for row in busy[:4])
+    more = f" and {len(busy) - 4} more" if len(busy) > 4 else ""
+    return SaturatedHostWarning(
+        f"this machine's CPUs were {SATURATED:.0%} busy or more at {len(busy)} of the "
+        f"{len(rows)} points chosen among (host_cpu: {where}{more}): there the server, the "
+        "model's instances and the load share the cores, so more instances gain only what the "
+        "rest leaves them (on the embedded server, whose front end takes more CPU per inference "
+        f"than Triton's, less than on real Triton). Confirm instance_count={count} on the "
+        'machine you will serve from, or on real Triton (Workbench.connect, engine="tritonserver").'
+    )
+
+
+def _share(value: Any) -> float:
+    """A row's ``host_cpu`` as a number (0 when missing or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return 0.0
+    return float(value)
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -257,11 +285,23 @@ class SweepResult:
         min_throughput: float | None = None,
         objective: str = "perf_throughput",
     ) -> BestConfig:
-        """The best point (highest throughput by default) meeting the constraints."""
+        """The best point (highest throughput by default) meeting the constraints. Warns
+        (``SaturatedHostWarning``) when it chose an instance count among points where this
+        machine's CPUs were contended."""
+        best, warning = self._choose(p99_ms, min_throughput, objective)
+        if warning is not None:
+            warnings.warn(warning, stacklevel=2)
+        return best
+
+    def _choose(
+        self,
+        p99_ms: float | None = None,
+        min_throughput: float | None = None,
+        objective: str = "perf_throughput",
+    ) -> tuple[BestConfig, SaturatedHostWarning | None]:
         self.wait()
-        row = select_best(
-            self._finished_rows(), objective=objective, p99_ms=p99_ms, min_throughput=min_throughput
-        )
+        rows = self._finished_rows()
+        row = select_best(rows, objective=objective, p99_ms=p99_ms, min_throughput=min_throughput)
         settings = {axis: int(row[axis]) for axis in self.axes if row.get(axis) is not None}
         config = apply_settings(self.base_config, settings)
         diff = "".join(
@@ -273,33 +313,17 @@ class SweepResult:
             )
         )
         metrics = {key: row.get(key) for key in METRIC_COLUMNS}
-        if len({r.get("instance_count") for r in self.rows}) > 1:  # a count was chosen
-            self._warn_if_saturated(settings["instance_count"])
-        return BestConfig(self.model, settings, int(row["concurrency"]), metrics, config, diff)
-
-    def _warn_if_saturated(self, instance_count: int) -> None:
-        measured = [row.get("host_cpu") for row in self.rows]
-        busy = [share for share in measured if isinstance(share, float) and share >= SATURATED]
-        if not busy:
-            return
-        warnings.warn(
-            SaturatedHostWarning(
-                f"this machine's CPUs were {SATURATED:.0%} busy or more at {len(busy)} of "
-                f"{len(measured)} measurements (host_cpu): there the server, the model's "
-                "instances and the load share the cores, so more instances gain only what the "
-                "rest leaves them (on the embedded server, whose front end takes more CPU per "
-                f"inference than Triton's, less than on real Triton). Confirm "
-                f"instance_count={instance_count} on the machine you will serve from, or on real "
-                'Triton (Workbench.connect, engine="tritonserver").'
-            ),
-            stacklevel=3,
-        )
+        best = BestConfig(self.model, settings, int(row["concurrency"]), metrics, config, diff)
+        chosen_among = candidates(rows, p99_ms=p99_ms, min_throughput=min_throughput)
+        return best, _saturated(chosen_among, row.get("instance_count"))
 
     def apply_best(self, bench: SupportsEdit | None = None, **constraints: Any) -> BestConfig:
         """Write the best configuration to the model's ``config.pbtxt`` through the config
         editor's safe path (validated, atomic, backup kept, reloaded; restored if the reload
         fails). The settings go onto the file as it is now, so later hand edits are kept."""
-        best = self.best(**constraints)
+        best, warning = self._choose(**constraints)
+        if warning is not None:
+            warnings.warn(warning, stacklevel=2)
         target = bench or self.bench
         if target is None:
             raise InvalidArgumentError(

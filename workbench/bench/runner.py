@@ -13,6 +13,7 @@ share the server's GIL and measure the client instead.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from workbench import threads
-from workbench.bench.host_cpu import CpuTimes, busy_fraction
 from workbench.bench.load_generator import PROTOCOLS, LoadResult, error_text
 from workbench.bench.load_process import LoadPlan, LoadProcess, LoadProcessError
 from workbench.bench.plan import SweepPoint, apply_settings, plan_concurrency, plan_points
@@ -201,14 +201,14 @@ class SweepRunner:
             if stop.is_set():
                 break
             before = await _snapshot(control, target)
-            cpu_before = CpuTimes.read() if self.endpoints.repository is not None else None
             try:
                 load = await self.load.run(plan, concurrency, self.spec.duration_s, stop)
             except LoadProcessError as exc:  # this level fails; a fresh worker takes the next
                 self._record(_failed_row(point, concurrency, str(exc)))
                 continue
-            host_cpu = busy_fraction(cpu_before, CpuTimes.read() if cpu_before else None)
             after = await _snapshot(control, target)
+            # the machine's CPU is the server's only when the server runs here
+            host_cpu = load.host_cpu if self.endpoints.repository is not None else math.nan
             self._record(_measured_row(point, load, before, after, host_cpu))
 
     async def _reconfigure(self, control: Any, point: SweepPoint, changes: Reconfiguration) -> None:

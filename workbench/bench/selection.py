@@ -52,6 +52,14 @@ def _constraint_text(p99_ms: float | None, min_throughput: float | None) -> str:
     return " and ".join(parts)
 
 
+def candidates(
+    rows: Sequence[Row], *, p99_ms: float | None = None, min_throughput: float | None = None
+) -> list[Row]:
+    """The rows ``select_best`` chooses among: measured without errors, within the
+    constraints."""
+    return [row for row in rows if _usable(row) and _meets(row, p99_ms, min_throughput)]
+
+
 def select_best(
     rows: Sequence[Row],
     *,
@@ -72,7 +80,7 @@ def select_best(
     usable = [row for row in rows if _usable(row)]
     if not usable:
         raise NotFoundError("no measured point without errors; nothing to choose from")
-    eligible = [row for row in usable if _meets(row, p99_ms, min_throughput)]
+    eligible = candidates(usable, p99_ms=p99_ms, min_throughput=min_throughput)
     if not eligible:
         fastest = min(usable, key=lambda row: row["p99_ms"])
         busiest = max(usable, key=lambda row: row["throughput"])
@@ -86,4 +94,4 @@ def select_best(
     return min(eligible, key=lambda row: (row["p99_ms"], -row["throughput"]))
 
 
-__all__ = ["OBJECTIVES", "select_best"]
+__all__ = ["OBJECTIVES", "candidates", "select_best"]

@@ -9,12 +9,14 @@ manifest keeps the earlier entries and appends to ``promotions``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.bench.plan import apply_settings
+from workbench.bench.result import SaturatedHostWarning
 from workbench.config import to_pbtxt
 from workbench.errors import WorkbenchError
 
@@ -27,11 +29,16 @@ def sweep_evidence(result: Any, exported: ModelConfig) -> dict[str, Any]:
     if getattr(result, "running", False):
         return {"note": "the sweep was still running; no evidence recorded"}
     try:
-        best = result.best()
+        with warnings.catch_warnings():  # the user was told when they chose; its host_cpu stays
+            warnings.simplefilter("ignore", SaturatedHostWarning)
+            best = result.best()
     except WorkbenchError as exc:
         return {"note": f"no usable sweep point: {exc}"}
     applied = to_pbtxt(apply_settings(exported, best.settings)) == to_pbtxt(exported)
-    metrics = {key: _number(best.metrics.get(key)) for key in ("throughput", "p50_ms", "p99_ms")}
+    metrics = {
+        key: _number(best.metrics.get(key))
+        for key in ("throughput", "p50_ms", "p99_ms", "host_cpu")
+    }
     return {
         "settings": dict(best.settings),
         "concurrency": best.concurrency,
