@@ -86,8 +86,9 @@ class PartialSweepWarning(UserWarning):
 
 
 class SaturatedHostWarning(UserWarning):
-    """``best()`` chose an instance count among points where this machine's CPUs were all
-    busy (``host_cpu``), where the choice can differ from real Triton's (``host_cpu.py``)."""
+    """``best()`` chose an instance count among points where this machine's CPUs were
+    contended (``host_cpu`` at ``host_cpu.SATURATED`` or more), where the choice can differ
+    from real Triton's (``host_cpu.py``)."""
 
 
 def _saturated(rows: Sequence[Mapping[str, Any]], count: Any) -> SaturatedHostWarning | None:
