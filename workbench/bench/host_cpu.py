@@ -8,9 +8,9 @@ cores (a second instance of a CPU-bound model) reads a smaller gain than real Tr
 the same machine. ``host_cpu`` in a sweep's rows says where that is so, and ``best()`` warns
 when it chooses an instance count among such points (``SaturatedHostWarning``).
 
-Read from ``/proc/stat`` (Linux) by the load generator around exactly its measured time:
-busy is every CPU's time but idle and I/O wait, steal included (time the hypervisor gave
-elsewhere is not ours to use). Elsewhere, NaN. It is the whole host's: in a container limited
+Read from ``/proc/stat`` (Linux, ``workbench/cpu_times.py``, as the server's
+``nv_cpu_utilization`` gauge reads it) by the load generator around exactly its measured time.
+Elsewhere, NaN. It is the whole host's: in a container limited
 to some of its cores, other tenants count, and on a machine with many more cores than the
 model has instances it stays low however busy the server's own threads are.
 """
@@ -21,12 +21,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.cpu_times import IDLE, STAT, parse_cpu_line, read_cpu_times
+
 #: at or above this share of all cores busy, the cores are contended. Not 1: on the embedded
 #: server the model's instances wait for the event loop between executions, so the machine
 #: reads 0.84 busy where real Triton reads 0.99 (a CPU-bound Python model, max_batch_size 1,
 #: two instances, concurrency 8, two cores; both at about 0.53 at concurrency 1)
 SATURATED = 0.8
-_STAT = Path("/proc/stat")
 
 
 @dataclass(frozen=True)
@@ -37,25 +38,21 @@ class CpuTimes:
     total: int
 
     @classmethod
-    def read(cls, path: Path = _STAT) -> CpuTimes | None:
+    def read(cls, path: Path = STAT) -> CpuTimes | None:
         """Now, or None where there is no ``/proc/stat``."""
-        try:
-            with path.open(encoding="ascii") as stat:
-                return cls.parse(stat.readline())
-        except (OSError, ValueError):
-            return None
+        return cls._of(read_cpu_times(path))
 
     @classmethod
     def parse(cls, line: str) -> CpuTimes | None:
-        """From ``/proc/stat``'s first line: ``cpu user nice system idle iowait irq softirq
-        steal guest guest_nice`` (guest time is counted in user already, so left out)."""
-        fields = line.split()
-        if len(fields) < 5 or fields[0] != "cpu":
+        """From ``/proc/stat``'s first line (None for any other)."""
+        return cls._of(parse_cpu_line(line))
+
+    @classmethod
+    def _of(cls, fields: dict[str, int] | None) -> CpuTimes | None:
+        if fields is None:
             return None
-        ticks = [int(value) for value in fields[1:9]]
-        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-        total = sum(ticks)
-        return cls(total - idle, total)
+        total = sum(fields.values())
+        return cls(total - sum(fields[name] for name in IDLE), total)
 
 
 def busy_fraction(before: CpuTimes | None, after: CpuTimes | None) -> float:

@@ -14,32 +14,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from workbench.cpu_times import BUSY, IDLE, read_cpu_times
 from workbench.server.metrics._exposition import MetricBlock
 
 log = logging.getLogger("workbench.server.metrics")
 
-_BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
-_IDLE = ("idle", "iowait")
-_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-
-
-def read_cpu_times(path: Path = Path("/proc/stat")) -> dict[str, int] | None:
-    """The aggregate ``cpu`` line of ``/proc/stat`` by field, or None when unreadable."""
-    try:
-        with path.open() as stat:
-            first = stat.readline().split()
-    except OSError:
-        return None
-    if not first or first[0] != "cpu":
-        return None
-    values = [int(v) for v in first[1 : 1 + len(_STAT_FIELDS)]]
-    return dict(zip(_STAT_FIELDS, values + [0] * (len(_STAT_FIELDS) - len(values)), strict=True))
-
 
 def cpu_utilization(new: dict[str, int], old: dict[str, int]) -> float:
     """Busy share of the jiffies between two samples, in [0, 1] (counters that went back: 0)."""
-    busy = sum(max(new[f] - old[f], 0) for f in _BUSY)
-    idle = sum(max(new[f] - old[f], 0) for f in _IDLE)
+    busy = sum(max(new[f] - old[f], 0) for f in BUSY)
+    idle = sum(max(new[f] - old[f], 0) for f in IDLE)
     return busy / (busy + idle) if busy + idle else 0.0
 
 
