@@ -244,6 +244,24 @@ def test_a_sweep_ended_by_an_error_says_its_rows_are_partial() -> None:
         failed.best()
 
 
+def test_a_partial_sweep_warns_at_the_callers_line_whichever_view_reads_it(
+    tmp_path: Path,
+) -> None:
+    stopped = _running(planned=4)
+    stopped.rows.extend(ROWS[:2])
+    stopped.finish()
+    reads = {
+        "df": lambda: stopped.df,
+        "best": lambda: stopped.best(),
+        "apply_best": lambda: stopped.apply_best(FakeBench()),
+        "save": lambda: stopped.save(tmp_path / "partial.json"),
+    }
+    for view, read in reads.items():
+        with pytest.warns(PartialSweepWarning, match="was stopped; 2 of 4") as caught:
+            read()
+        assert [w.filename for w in caught] == [__file__], view  # not the library's line
+
+
 # -- the machine's CPU at each point ----------------------------------------------------------
 def _with_host_cpu(shares: list[float]) -> SweepResult:
     rows = [dict(r, host_cpu=share) for r, share in zip(ROWS, shares, strict=True)]

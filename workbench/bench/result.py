@@ -205,8 +205,11 @@ class SweepResult:
         planned = f" of {self.planned}" if self.planned is not None else ""
         return f"{len(self.rows)}{planned} measurements done"
 
-    def _finished_rows(self) -> list[dict[str, Any]]:
-        """The rows once the sweep has ended, with a warning when there are fewer than planned."""
+    def _finished_rows(self, stacklevel: int = 3) -> list[dict[str, Any]]:
+        """The rows once the sweep has ended, with a warning when there are fewer than planned.
+
+        ``stacklevel`` points the warning at the user's line: 3 from a public method that
+        calls this directly, one more for each private method in between."""
         self._wait_finished()
         if self.partial:
             why = f"ended by an error ({self.error})" if self.error else "stopped"
@@ -214,7 +217,7 @@ class SweepResult:
                 PartialSweepWarning(
                     f"partial result: the sweep of '{self.model}' was {why}; {self._progress()}"
                 ),
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
         return list(self.rows)
 
@@ -301,7 +304,7 @@ class SweepResult:
         objective: str = "perf_throughput",
     ) -> tuple[BestConfig, SaturatedHostWarning | None]:
         self.wait()
-        rows = self._finished_rows()
+        rows = self._finished_rows(stacklevel=4)  # the user, best() or apply_best(), _choose
         row = select_best(rows, objective=objective, p99_ms=p99_ms, min_throughput=min_throughput)
         settings = {axis: int(row[axis]) for axis in self.axes if row.get(axis) is not None}
         config = apply_settings(self.base_config, settings)
