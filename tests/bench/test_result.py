@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import math
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -250,16 +251,25 @@ def test_a_partial_sweep_warns_at_the_callers_line_whichever_view_reads_it(
     stopped = _running(planned=4)
     stopped.rows.extend(ROWS[:2])
     stopped.finish()
-    reads = {
-        "df": lambda: stopped.df,
-        "best": lambda: stopped.best(),
-        "apply_best": lambda: stopped.apply_best(FakeBench()),
-        "save": lambda: stopped.save(tmp_path / "partial.json"),
-    }
-    for view, read in reads.items():
-        with pytest.warns(PartialSweepWarning, match="was stopped; 2 of 4") as caught:
-            read()
-        assert [w.filename for w in caught] == [__file__], view  # not the library's line
+    lines = []
+    with pytest.warns(PartialSweepWarning, match="was stopped; 2 of 4") as caught:
+        lines.append(_line_after())
+        stopped.df  # noqa: B018 (a property read for its warning)
+        lines.append(_line_after())
+        stopped.figure  # noqa: B018
+        lines.append(_line_after())
+        stopped.best()
+        lines.append(_line_after())
+        stopped.apply_best(FakeBench())
+        lines.append(_line_after())
+        stopped.save(tmp_path / "partial.json")
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line) for line in lines]
+
+
+def _line_after() -> int:
+    """The caller's next line (where the read under test is)."""
+    frame = sys._getframe(1)
+    return frame.f_lineno + 1
 
 
 # -- the machine's CPU at each point ----------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from workbench.bench.plan import apply_settings
-from workbench.bench.result import SaturatedHostWarning
+from workbench.bench.result import PartialSweepWarning, SaturatedHostWarning
 from workbench.config import to_pbtxt
 from workbench.errors import WorkbenchError
 
@@ -25,12 +25,15 @@ FORMAT = "triton-workbench-manifest/1"
 
 def sweep_evidence(result: Any, exported: ModelConfig) -> dict[str, Any]:
     """The best point of a finished sweep (a ``SweepResult``), and whether the exported
-    config carries its settings."""
+    config carries its settings. What ``best()`` warns about is recorded instead (``host_cpu``,
+    ``partial``): the user was told when they read the sweep, and a warning from here would
+    point at this line rather than theirs."""
     if getattr(result, "running", False):
         return {"note": "the sweep was still running; no evidence recorded"}
     try:
-        with warnings.catch_warnings():  # the user was told when they chose; its host_cpu stays
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", SaturatedHostWarning)
+            warnings.simplefilter("ignore", PartialSweepWarning)
             best = result.best()
     except WorkbenchError as exc:
         return {"note": f"no usable sweep point: {exc}"}
@@ -46,6 +49,8 @@ def sweep_evidence(result: Any, exported: ModelConfig) -> dict[str, Any]:
         "protocol": result.options.get("protocol"),
         "duration_s": result.options.get("duration_s"),
         "points": len(result.rows),
+        "planned": result.planned,
+        "partial": bool(result.partial),
         "applied": applied,
     }
 
