@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -115,17 +116,28 @@ GRID: dict[str, Any] = {
 }
 
 
+def write_model(root: Path, name: str, execution_env: str | None = None, **settings: int) -> None:
+    """One of ``MODELS`` under ``root``; with ``execution_env``, it runs in that Python
+    environment (``EXECUTION_ENV_PATH``); ``settings`` (``max_batch_size``, ``count``)
+    replace the config's defaults."""
+    config = CONFIG.format(name=name)
+    for key, value in settings.items():
+        config, found = re.subn(rf"\b{key}: \d+", f"{key}: {value}", config)
+        if found != 1:
+            raise ValueError(f"the config has no single '{key}' to set")
+    if execution_env is not None:
+        value_text = f'value {{ string_value: "{execution_env}" }}'
+        config += f'parameters {{ key: "EXECUTION_ENV_PATH" {value_text} }}\n'
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(MODELS[name].lstrip())
+
+
 def write_repository(root: Path, execution_env: str | None = None) -> Path:
     """The two models under ``root``; with ``execution_env``, both run in that Python
     environment (``EXECUTION_ENV_PATH``)."""
-    for name, code in MODELS.items():
-        (root / name / "1").mkdir(parents=True)
-        config = CONFIG.format(name=name)
-        if execution_env is not None:
-            value = f'value {{ string_value: "{execution_env}" }}'
-            config += f'parameters {{ key: "EXECUTION_ENV_PATH" {value} }}\n'
-        (root / name / "config.pbtxt").write_text(config)
-        (root / name / "1" / "model.py").write_text(code.lstrip())
+    for name in MODELS:
+        write_model(root, name, execution_env)
     return root
 
 
@@ -330,8 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--execution-env",
         help="a Python environment (folder or conda-pack archive) for both models on the "
-        "workbench (EXECUTION_ENV_PATH): one whose python is the build Triton's stub links "
-        "(here: a venv of /usr/bin/python3 with numpy); default: sys.executable",
+        "workbench (EXECUTION_ENV_PATH), e.g. the model's production environment; default: "
+        "sys.executable. Triton's default stub embeds the system's shared libpython, which "
+        "runs pure Python slower than Debian's static /usr/bin/python3 (README: 'Sweeping a "
+        "CPU-bound Python model?')",
     )
     parser.add_argument(
         "--from-json",
