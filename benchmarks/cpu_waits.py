@@ -10,8 +10,8 @@ together, ``/proc/stat``). The load generator's own CPU is in neither column. On
 the embedded server and on tritonserver 2.51, taking turns.
 
 The default point is where a sweep here predicts real Triton worst (benchmarks/README.md,
-"Who waits for a CPU"): ``transfer.py``'s ``cpu_bound`` model, max_batch_size 1, two instances,
-HTTP, concurrency 8.
+"`cpu_waits.py`: who waits for a CPU"): ``transfer.py``'s ``cpu_bound`` model,
+max_batch_size 1, two instances, HTTP, concurrency 8.
 
 Usage::
 
