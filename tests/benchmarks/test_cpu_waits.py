@@ -39,6 +39,7 @@ def test_a_thread_born_in_the_window_counts_from_zero_and_one_that_ended_is_left
     ended = threading.Thread(target=_spin, args=(0.03,))
     ended.start()
     ended.join()  # it ran before the first reading, so its counters must not appear
+    _gone(ended)
     before = cpu_waits.read_threads([os.getpid()])
     born = threading.Thread(target=_spin, args=(0.03,))
     blocker = threading.Event()
@@ -54,6 +55,14 @@ def test_a_thread_born_in_the_window_counts_from_zero_and_one_that_ended_is_left
     pid = os.getpid()
     assert (pid, ended.native_id) not in before
     assert (pid, waiting.native_id) in after and (pid, waiting.native_id) not in before
+
+
+def _gone(thread: threading.Thread) -> None:
+    """Wait until the kernel has let go of a joined thread (join returns a little before)."""
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/self/task/{thread.native_id}").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_a_process_that_ended_reads_as_no_threads() -> None:
