@@ -181,33 +181,6 @@ def test_two_instances_execute_at_once_on_two_cores(
         assert turns - 2 >= 4 * max(switches, 1), (turns, switches)
 
 
-def _sleeps(pid: int) -> int:
-    """How many times the process's main thread has blocked (voluntary context switches)."""
-    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches in /proc")
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
-def test_a_stub_sleeps_once_per_execution(repo: Path, instances: list[Any]) -> None:
-    """Between executions the stub blocks once, waiting for its next request. With one socket
-    for both directions it was also woken when the server read its reply (the freed buffer
-    space wakes a unix socket's waiters, readers included) and went back to sleep: two sleeps
-    per execution. The pause between executions makes the stub wait for each request, so the
-    count is one per execution, not fewer. A count, not a time."""
-    instance = _make(repo, instances)
-    executions = 100
-    instance.execute([request(_x(1))])
-    before = _sleeps(instance.pid)
-    for value in range(executions):
-        [result] = instance.execute([request(_x(value))])
-        assert result.error is None
-        time.sleep(0.002)  # the stub is waiting for the next request meanwhile
-    per_execution = (_sleeps(instance.pid) - before) / executions
-    assert 0.9 <= per_execution <= 1.25, per_execution
-
-
 @pytest.mark.parametrize("crash", ["exit", "segfault", "kill"])
 def test_a_crash_fails_only_the_requests_in_flight(
     repo: Path, instances: list[Any], crash: str, caplog: pytest.LogCaptureFixture

@@ -97,20 +97,3 @@ def test_what_a_peer_sent_just_before_it_died_is_read() -> None:
     finally:
         ours.close()
         channel.close()
-
-
-def test_a_channel_can_read_one_socket_and_write_another() -> None:
-    theirs_out, ours_in = socket.socketpair()  # what they send us
-    ours_out, theirs_in = socket.socketpair()  # what we send them
-    channel = Channel(ours_in, _by_key, out=ours_out)
-    try:
-        channel.send((0, 1, "request"))
-        assert pickle.loads(theirs_in.recv(1024)[4:]) == (0, 1, "request")
-        theirs_out.sendall(_frame((0, 1, "reply")))
-        assert channel.wait(1, timeout_s=5) == (0, 1, "reply")
-    finally:
-        channel.close()
-    assert ours_in.fileno() == -1 and ours_out.fileno() == -1  # both closed
-    assert theirs_in.recv(1) == b"" and theirs_out.recv(1) == b""  # and shut down
-    theirs_in.close()
-    theirs_out.close()

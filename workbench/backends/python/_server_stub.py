@@ -150,7 +150,7 @@ def env_command(
     return env.command(["-c", _ENV_BOOT, *arguments]), env.environ(variables)
 
 
-def _reap(proc: subprocess.Popen[bytes], socks: list[socket.socket], fds: list[int]) -> None:
+def _reap(proc: subprocess.Popen[bytes], sock: socket.socket, fds: list[int]) -> None:
     """Kill the child if it still runs and release what connected us (runs once)."""
     if proc.poll() is None:
         proc.kill()
@@ -158,10 +158,9 @@ def _reap(proc: subprocess.Popen[bytes], socks: list[socket.socket], fds: list[i
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL pending in the kernel
         _log.error("stub process %d did not exit after SIGKILL", proc.pid)
-    for sock in socks:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
     for fd in fds:
         os.close(fd)
 
@@ -201,12 +200,10 @@ class StubProcess:
         self.metrics_owner = object()
         self._reader: threading.Thread | None = None
         self._loop_reader: LoopReader | None = None
-        # a socket each way (``_wire_channel``): what the stub reads, what it writes
-        ours_out, theirs_in = socket.socketpair()
-        ours_in, theirs_out = socket.socketpair()
+        ours, theirs = socket.socketpair()
         to_stub = create_region_fd(name=TO_STUB_NAME)
         from_stub = create_region_fd(name="workbench-from-stub")
-        fds = (theirs_in.fileno(), theirs_out.fileno(), to_stub, from_stub)
+        fds = (theirs.fileno(), to_stub, from_stub)
         try:
             command, variables = _child_command(launch.env, fds)
             self.proc = subprocess.Popen(
@@ -216,20 +213,17 @@ class StubProcess:
                 stdin=subprocess.DEVNULL,
             )
         except OSError as exc:
-            for handle in (ours_in, ours_out):
+            for handle in (ours, theirs):
                 handle.close()
             os.close(to_stub)
             os.close(from_stub)
             raise InternalError(f"failed to start the stub process: {exc}") from exc
         finally:
-            theirs_in.close()
-            theirs_out.close()
-        self._finalizer = weakref.finalize(
-            self, _reap, self.proc, [ours_in, ours_out], [to_stub, from_stub]
-        )
+            theirs.close()
+        self._finalizer = weakref.finalize(self, _reap, self.proc, ours, [to_stub, from_stub])
         self._to_stub = BlockWriter(Region(to_stub))
         self._from_stub = Region(from_stub)
-        self.channel = Channel(ours_in, self._route, alive=self.alive, out=ours_out)
+        self.channel = Channel(ours, self._route, alive=self.alive)
         self._calls = StubCalls(
             launch.client, self.channel, self._to_stub, self._from_stub, self._traces
         )

@@ -1,10 +1,4 @@
-"""Small control messages between the server and a stub process, over a socket each way.
-
-One socket per direction, not one for both: a thread blocked reading a unix socket is woken
-each time its peer reads what was sent on that same socket (the freed buffer space wakes the
-socket's waiters, readers included), so with one socket a stub waiting for its next request
-was woken for nothing as the server read each reply, and went back to sleep: two sleeps and
-wake-ups per execution instead of one, the extra one while the server works on that reply.
+"""Small control messages between the server and a stub process, over one socket.
 
 A message is a pickled tuple ``(kind, key, *payload)`` behind a 4-byte length. Any thread may
 send. Any thread may wait for the message filed under a key (the reply to its call): whichever
@@ -40,18 +34,15 @@ class ChannelClosed(Exception):
 
 
 class Channel:
-    """Framed messages over connected stream sockets, shared by several threads: read from
-    ``sock``, written to ``out`` (``sock`` too when None)."""
+    """Framed messages over a connected stream socket, shared by several threads."""
 
     def __init__(
         self,
         sock: socket.socket,
         route: Callable[[Message], Hashable | None],
         alive: Callable[[], bool] | None = None,
-        out: socket.socket | None = None,
     ) -> None:
         self._sock = sock
-        self._out = sock if out is None else out
         self._route = route
         self._alive = alive
         self._poll = select.poll()
@@ -93,7 +84,7 @@ class Channel:
         lock = self._send_lock
         lock.acquire()
         try:
-            self._out.sendall(data)
+            self._sock.sendall(data)
         except OSError as exc:
             raise ChannelClosed(str(exc)) from None
         finally:
@@ -290,15 +281,13 @@ class Channel:
         with self._lock:
             self._closed = True
             self._cond.notify_all()
-        for sock in {self._sock, self._out}:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while self._reading and (remaining := deadline - time.monotonic()) > 0:
                 self._cond.wait(remaining)
         self._sock.close()
-        self._out.close()
 
 
 def _frames(data: bytearray | memoryview, size: int) -> tuple[list[Message], int]:

@@ -189,14 +189,10 @@ class _LogForwarder(logging.Handler):
 class Stub:
     """The stub's side of the connection and the model it runs."""
 
-    def __init__(
-        self, sockets: tuple[socket.socket, socket.socket], inbound: Region, outbound: Region
-    ) -> None:
-        """``sockets``: the one the server writes to us, the one we write to it."""
+    def __init__(self, sock: socket.socket, inbound: Region, outbound: Region) -> None:
         self.inbound = inbound
         self.writer = BlockWriter(outbound)
-        incoming, outgoing = sockets
-        self.channel = Channel(incoming, self._route, out=outgoing)
+        self.channel = Channel(sock, self._route)
         #: custom metric operations, sent with the next reply (or by its flusher thread)
         self.metrics = MetricForwarder()
         self.runner: ModelRunner | None = None
@@ -350,16 +346,14 @@ def _ignore(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Run the stub; returns the exit status."""
-    # what the server sends us, what we send it (a socket each way: ``_wire_channel``)
-    in_fd, out_fd, inbound_fd, outbound_fd = (int(arg) for arg in argv[:4])
+    sock_fd, inbound_fd, outbound_fd = (int(arg) for arg in argv[:3])
     # Ctrl-C in a terminal, or a service manager's SIGTERM, reaches the whole process group
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
     threads.start("server-watch", _exit_with_the_server, os.getppid())
-    for fd in (in_fd, out_fd, inbound_fd, outbound_fd):
+    for fd in (sock_fd, inbound_fd, outbound_fd):
         os.set_inheritable(fd, False)
-    sockets = (socket.socket(fileno=in_fd), socket.socket(fileno=out_fd))
-    stub = Stub(sockets, Region(inbound_fd), Region(outbound_fd))
+    stub = Stub(socket.socket(fileno=sock_fd), Region(inbound_fd), Region(outbound_fd))
     _forward_logs(stub.channel)
     install_sink(stub.metrics)
     stub.metrics.start_flusher(stub.send_metrics)
