@@ -247,6 +247,21 @@ class ModelCounters:
         )
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the model processes of either server)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        if parent == str(pid):
+            found.append(int(entry.name))
+    return found
+
+
 def measure_series(
     peers: Peers,
     series: Series,

@@ -38,6 +38,7 @@ if __package__ in (None, ""):
 from benchmarks import transfer  # noqa: E402
 from benchmarks._harness import (  # noqa: E402
     ModelCounters,
+    child_pids,
     machine_info,
     markdown_table,
     results_path,
@@ -123,21 +124,6 @@ def used_between(before: Threads, after: Threads) -> Scheduling:
     zero); what a thread that ended in between did in the window is lost."""
     zero = Scheduling()
     return sum((after[key] - before.get(key, zero) for key in after), zero)
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (the model processes of either server)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-        except (OSError, IndexError):
-            continue
-        if parent == str(pid):
-            found.append(int(entry.name))
-    return found
 
 
 def idle_s() -> float:
@@ -265,7 +251,7 @@ def read(engine: str, served: Served) -> Reading:
     if model is None:
         raise SystemExit(f"{engine}: the model's statistics could not be read")
     # the model processes are listed at each reading: one started in between counts from zero
-    models = read_threads(children(served.pid))
+    models = read_threads(child_pids(served.pid))
     return Reading(time.monotonic(), model, idle_s(), read_threads([served.pid]), models)
 
 

@@ -30,6 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._harness import child_pids  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 ECHO_SERVER = """
 import asyncio, sys, grpc, uvloop
@@ -58,16 +63,11 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(child) for child in found.split()]
-
-
 def _measure(pid: int, send: Callable[[], object], requests: int) -> tuple[float, float, float]:
     """(server µs/request, its children's µs/request, requests/s) over ``requests`` calls."""
     for _ in range(200):  # warm up
         send()
-    children = _children(pid)
+    children = child_pids(pid)
     server, stubs, started = _cpu_s(pid), sum(map(_cpu_s, children)), time.perf_counter()
     for _ in range(requests):
         send()

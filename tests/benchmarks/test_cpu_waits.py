@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cpu_waits, transfer
+from benchmarks import _harness, cpu_waits, transfer
 from benchmarks.cpu_waits import Point, Sample, Scheduling
 
 pytestmark = pytest.mark.skipif(
@@ -81,8 +81,8 @@ def test_a_sleep_is_a_voluntary_switch() -> None:
 def test_children_are_the_processes_a_server_started() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in cpu_waits.children(os.getpid())
-        assert cpu_waits.children(child.pid) == []
+        assert child.pid in _harness.child_pids(os.getpid())
+        assert _harness.child_pids(child.pid) == []
     finally:
         child.kill()
         child.wait()

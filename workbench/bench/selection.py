@@ -80,7 +80,7 @@ def select_best(
     usable = [row for row in rows if _usable(row)]
     if not usable:
         raise NotFoundError("no measured point without errors; nothing to choose from")
-    eligible = candidates(usable, p99_ms=p99_ms, min_throughput=min_throughput)
+    eligible = [row for row in usable if _meets(row, p99_ms, min_throughput)]
     if not eligible:
         fastest = min(usable, key=lambda row: row["p99_ms"])
         busiest = max(usable, key=lambda row: row["throughput"])
