@@ -17,7 +17,9 @@ by a third between runs (2026-11-26: 912 to 1,455 infer/s at the same point), mo
 differences between most points. So the sweeps are repeated (``--repeats``), the engines taking
 turns (ABBA...), and each point keeps its median run. Triton against itself gives the noise
 floor: the rank correlation of two of its own runs, and the regret of the point its first run
-picks.
+picks. With ``--control`` a second, independent set of Triton sweeps takes turns with the other
+two, and Triton's medians are compared with those of its own second set the same way ours are:
+the ρ and regret a perfect copy of Triton would get on this machine with as many runs.
 
 Printed per model: each point's median throughput on both and their ratio, the average batch
 size each scheduler formed (the statistics extension), the server's CPU per inference (our
@@ -39,6 +41,7 @@ again from such a file without running anything.
 Usage::
 
     python benchmarks/transfer.py --duration-s 2 --p99-ms 50 --repeats 3
+    python benchmarks/transfer.py --duration-s 2 --p99-ms 50 --repeats 5 --control
     python benchmarks/transfer.py --from-json benchmarks/results/<date>_transfer.json
 """
 
@@ -340,6 +343,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--label", default="", help="added to the results file's name")
     parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also run a second, independent set of Triton sweeps (as many, in turns with the "
+        "others) and compare Triton with it as with the workbench: the ρ and regret of Triton "
+        "against itself at the same number of runs",
+    )
+    parser.add_argument(
         "--execution-env",
         help="a Python environment (folder or conda-pack archive) for both models on the "
         "workbench (EXECUTION_ENV_PATH), e.g. the model's production environment; default: "
@@ -374,13 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     every_run: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
     try:
         for name in args.models:
-            runs: dict[str, list[list[dict[str, Any]]]] = {engine: [] for engine in ENGINES}
+            arms = (*ENGINES, CONTROL) if args.control else ENGINES
+            runs: dict[str, list[list[dict[str, Any]]]] = {arm: [] for arm in arms}
             every_run[name] = runs
             for repeat in range(args.repeats):
-                order = ENGINES if repeat % 2 == 0 else ENGINES[::-1]
-                for engine in order:
+                for arm in turns(arms, repeat):
+                    engine = "tritonserver" if arm == CONTROL else arm
                     rows = sweep_once(roots[engine], name, engine, tritonserver, args.duration_s)
-                    runs[engine].append(rows)
+                    runs[arm].append(rows)
             sections.append(_section(name, runs, args.p99_ms))
             print(sections[-1], flush=True)
     finally:
@@ -389,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"## Run\n\n`python benchmarks/transfer.py --duration-s {args.duration_s:g} "
         f"--p99-ms {args.p99_ms:g} --repeats {args.repeats}"
         + (f" --execution-env {args.execution_env}" if args.execution_env else "")
+        + (" --control" if args.control else "")
         + f"`: each point {args.duration_s:g} s "
         "after a warm-up, the median of the runs. "
         + (
@@ -412,6 +424,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 ENGINES = ("workbench", "tritonserver")
+CONTROL = "tritonserver_control"  # the second set of Triton sweeps of ``--control``
+
+
+def turns(arms: Sequence[str], repeat: int) -> list[str]:
+    """The order the arms run in at ``repeat``: every other repeat the one before reversed, and
+    rotated by one after each such pair (two arms: AB BA BA AB; three: all six orders in six
+    repeats), so that each arm runs as often before as after each other arm and a machine that
+    slows or speeds up during a repeat favours none of them."""
+    shift = (repeat // 2) % len(arms)
+    order = [*arms[shift:], *arms[:shift]]
+    return order[::-1] if repeat % 2 else order
 
 
 def _plain(value: Any) -> Any:
@@ -446,7 +469,23 @@ def _section(name: str, runs: Mapping[str, list[list[dict[str, Any]]]], p99_ms: 
             f"Triton against itself: ρ between its runs {min(pairwise):.3f}-{max(pairwise):.3f}; "
             f"the point its first run picks loses {100 * own['regret']:.1f}% on its median"
         )
+    if runs.get(CONTROL):
+        lines.append(_control_line(runs, theirs, p99_ms))
     return "\n".join(lines)
+
+
+def _control_line(
+    runs: Mapping[str, list[list[dict[str, Any]]]], theirs: Sequence[dict[str, Any]], p99_ms: float
+) -> str:
+    """Triton's medians against those of its second set of sweeps, judged as ours are."""
+    control = runs[CONTROL]
+    found = compare(median_rows(control), theirs, p99_ms)
+    return (
+        f"Control, Triton's medians against a second set of {len(control)} Triton sweeps taken "
+        f"in turns: ρ = {found['rho']:.3f}; with near-ties = "
+        f"{near_tie_rho(control, runs['tritonserver']):.3f}; the point the second set picks "
+        f"loses {100 * found['regret']:.1f}% on Triton's medians"
+    )
 
 
 def _header() -> str:

@@ -75,3 +75,56 @@ def test_near_ties_still_count_an_order_the_noise_does_tell() -> None:
 def test_near_ties_need_three_runs_to_know_the_noise() -> None:
     ours = _runs([[100, 101], [200, 201]])
     assert math.isnan(transfer.near_tie_rho(ours, ours))
+
+
+def test_two_arms_take_turns_as_before() -> None:
+    orders = [transfer.turns(("a", "b"), repeat) for repeat in range(4)]
+    assert orders == [["a", "b"], ["b", "a"], ["b", "a"], ["a", "b"]]
+
+
+def test_three_arms_run_in_every_order_over_six_repeats() -> None:
+    orders = [tuple(transfer.turns(("a", "b", "c"), repeat)) for repeat in range(6)]
+    assert len(set(orders)) == 6
+    for arm in "abc":  # each arm is first, second and third twice
+        assert sorted(order.index(arm) for order in orders) == [0, 0, 1, 1, 2, 2]
+
+
+def _sweeps(values_per_point: list[list[float]]) -> list[list[dict[str, Any]]]:
+    """Like ``_runs``, over the grid's first points, with the columns a report reads."""
+    keys = [dict(zip(transfer.GRID, values, strict=True)) for values in _grid_points()]
+    sweeps = len(values_per_point[0])
+    return [
+        [
+            {**keys[point], "throughput": values[sweep], "p99_ms": 1.0, "config": str(point)}
+            for point, values in enumerate(values_per_point)
+        ]
+        for sweep in range(sweeps)
+    ]
+
+
+def _grid_points() -> list[tuple[Any, ...]]:
+    import itertools
+
+    return list(itertools.product(*transfer.GRID.values()))
+
+
+def test_the_control_line_judges_triton_s_second_set_as_ours_is() -> None:
+    triton = _sweeps([[100, 101, 99], [200, 201, 199], [300, 301, 299]])
+    swapped = _sweeps([[200, 201, 199], [100, 101, 99], [300, 301, 299]])
+    runs = {"workbench": triton, "tritonserver": triton, transfer.CONTROL: swapped}
+    report = transfer._section("m", runs, p99_ms=50)
+    control = [line for line in report.splitlines() if line.startswith("Control")]
+    # the second set swaps the two slower points: ρ 0.5 plain and with near-ties; it picks
+    # the fastest point, as Triton does, so it loses nothing
+    assert control == [
+        "Control, Triton's medians against a second set of 3 Triton sweeps taken in turns: "
+        "ρ = 0.500; with near-ties = 0.500; the point the second set picks loses 0.0% on "
+        "Triton's medians"
+    ]
+    assert "ρ (Spearman, throughput) = 1.000" in report
+
+
+def test_no_control_line_without_a_control() -> None:
+    triton = _sweeps([[100, 101, 99], [200, 201, 199]])
+    report = transfer._section("m", {"workbench": triton, "tritonserver": triton}, p99_ms=50)
+    assert "Control" not in report
