@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -91,7 +92,8 @@ def test_three_arms_run_in_every_order_over_six_repeats() -> None:
 
 def _sweeps(values_per_point: list[list[float]]) -> list[list[dict[str, Any]]]:
     """Like ``_runs``, over the grid's first points, with the columns a report reads."""
-    keys = [dict(zip(transfer.GRID, values, strict=True)) for values in _grid_points()]
+    points = itertools.product(*transfer.GRID.values())
+    keys = [dict(zip(transfer.GRID, values, strict=True)) for values in points]
     sweeps = len(values_per_point[0])
     return [
         [
@@ -100,12 +102,6 @@ def _sweeps(values_per_point: list[list[float]]) -> list[list[dict[str, Any]]]:
         ]
         for sweep in range(sweeps)
     ]
-
-
-def _grid_points() -> list[tuple[Any, ...]]:
-    import itertools
-
-    return list(itertools.product(*transfer.GRID.values()))
 
 
 def test_the_control_line_judges_triton_s_second_set_as_ours_is() -> None:
