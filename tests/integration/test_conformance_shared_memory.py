@@ -10,8 +10,10 @@ and so must the bytes an infer writes into its output regions.
 Triton 2.51's bugs are kept out of the shared cases and checked on our side only in
 ``test_where_triton_2_51_misbehaves``: a second region of a key already registered (2.51
 reuses a closed descriptor and fails, or maps whatever that descriptor has become), a region
-registered at an offset (2.51 adds the offset twice when reading), and CUDA registration
-(pytriton's build has GPU support; we answer as a build without it).
+registered at an offset (2.51 adds the offset twice when reading), and CUDA registration on
+this machine without a GPU (pytriton's build has GPU support and parses the body before it
+fails; we answer as a build without it. CUDA regions themselves: ``tests/server/
+test_cuda_shared_memory.py`` with a fake driver, ``tests/gpu/`` on a GPU).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from workbench._types import Parameters, Tensor
 from workbench.backends.base import ResponseSender
@@ -41,18 +42,28 @@ class InferRequest:
     plan: object | None = None
 
 
+class OutputMemory(Protocol):
+    """Where an output in shared memory is written: a system region's ``memoryview``, or a
+    CUDA region's place that copies to the device when assigned."""
+
+    def __len__(self) -> int: ...
+
+    def __setitem__(self, where: slice, data: Any, /) -> None: ...
+
+
 @dataclass(slots=True)
 class SharedMemoryUse:
     """The shared-memory regions a front end lent one request (``server/shared_memory.py``).
 
-    Inputs read from a region are numpy views of it; the outputs named in ``outputs`` are
+    Inputs read from a system region are numpy views of it (from a CUDA region, of its host
+    copy); the outputs named in ``outputs`` are
     written into their region, instead of into the reply, once the core has answered. The core
     passes this along untouched. ``release`` ends the request's use of the regions, which
     until then cannot be unregistered (Triton's ``SharedMemoryManager::UnregisterHelper``).
     """
 
     #: output name -> the bytes of its region it must fit in (the request's offset and size)
-    outputs: dict[str, memoryview] = field(default_factory=dict)
+    outputs: dict[str, OutputMemory] = field(default_factory=dict)
     #: one per region reference taken for the request
     releases: list[Callable[[], None]] = field(default_factory=list)
 

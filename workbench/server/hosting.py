@@ -25,10 +25,10 @@ from workbench._types import StrPath
 from workbench.core import InferenceCore
 from workbench.errors import UnavailableError, WorkbenchError
 from workbench.repository import ModelRepository
-from workbench.server import heap
+from workbench.server import cuda_ipc, heap
 from workbench.server.grpc import GrpcFrontend
 from workbench.server.http import create_app
-from workbench.server.http.endpoints import DEFAULT_EXTENSIONS
+from workbench.server.http.endpoints import server_extensions
 from workbench.server.http.frontend import HttpFrontend
 from workbench.server.listening import bind_socket
 from workbench.server.log_settings import LogSettings
@@ -100,7 +100,9 @@ class Server:
         self._grpc: GrpcFrontend | None = None
         self._grpc_port = 0
         #: the registered shared-memory regions, shared by HTTP and gRPC; unmapped at stop
-        self.shared_memory = SharedMemoryRegistry()
+        #: (CUDA regions where this machine has an NVIDIA driver and GPU)
+        self.shared_memory = SharedMemoryRegistry(cuda=cuda_ipc.driver())
+        self._extensions = server_extensions(self.shared_memory.cuda is not None)
         self._started = threading.Event()
         self._error: BaseException | None = None
         #: the repository served, opened by ``_bind``; closed at stop when the server opened it
@@ -317,6 +319,7 @@ class Server:
                 max_input_bytes=self.options.max_input_bytes,
                 log_settings=log_settings,
                 restrictions=self.options.http_restrictions,
+                extensions=self._extensions,
                 shared_memory=self.shared_memory,
                 tracer=core.tracer,
             )
@@ -359,7 +362,7 @@ class Server:
             core,
             options,
             log_settings=log_settings,
-            extensions=DEFAULT_EXTENSIONS,
+            extensions=self._extensions,
             shared_memory=self.shared_memory,
             tracer=core.tracer,
         )

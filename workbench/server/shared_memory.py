@@ -1,4 +1,4 @@
-"""The server's registry of system shared-memory regions, shared by HTTP and gRPC.
+"""The server's registry of shared-memory regions (system and CUDA), shared by HTTP and gRPC.
 
 Mirrors ``SharedMemoryManager`` of Triton 2.51 (``src/shared_memory_manager.cc``): a client
 creates a POSIX shared-memory object (``tritonclient.utils.shared_memory`` puts it under
@@ -12,8 +12,14 @@ Every error text and category is Triton's. Where 2.51 misbehaves this follows wh
 registered gets its own descriptor (2.51 reuses a closed one), and a region's register offset
 counts once (2.51 adds it twice when reading).
 
-CUDA shared memory is not implemented: registering a CUDA region is refused as by a Triton
-built without GPU support, and "cuda_shared_memory" is not advertised.
+CUDA regions (``RegisterCUDASharedMemory``): a client allocates device memory and registers
+its IPC handle (``tritonclient.utils.cuda_shared_memory``); the region is opened once, at
+register, through the driver (``cuda_ipc.py``), and closed at unregister or when the server
+stops. Names are unique across both kinds, as in Triton's one map. An input read from a CUDA
+region is copied to host memory once, when the request is decoded (every backend here takes
+host arrays, as a Triton CPU model does); an output is copied to the device once, when the
+model has answered. Where no NVIDIA driver and GPU are found, registering a CUDA region is
+refused as by a Triton built without GPU support, and "cuda_shared_memory" is not advertised.
 
 The registry is used from the server's event loop only (HTTP and gRPC both serve there).
 """
@@ -21,20 +27,24 @@ The registry is used from the server's event loop only (HTTP and gRPC both serve
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from workbench.core.request import InferResponse, SharedMemoryUse
+from workbench.core.request import InferResponse, OutputMemory, SharedMemoryUse
 from workbench.errors import (
     AlreadyExistsError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
 )
+from workbench.server.cuda_ipc import CudaError, CudaMemory
 from workbench.server.tensor_bytes import tensor_buffer
+
+log = logging.getLogger("workbench.server")
 
 #: where glibc's ``shm_open`` keeps POSIX shared-memory objects on Linux
 SHM_DIRECTORY = "/dev/shm"
@@ -48,6 +58,7 @@ class Region:
     """One registered system shared-memory region: ``byte_size`` bytes of ``key`` from
     ``offset`` on, mapped into this process."""
 
+    kind: ClassVar[str] = SYSTEM
     name: str
     key: str
     offset: int
@@ -55,6 +66,14 @@ class Region:
     mapping: mmap.mmap
     #: requests that read or write it now (Triton's ``shared_ptr`` use count, less its own)
     users: int = 0
+
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        """An input's bytes: a view of the mapping (no copy)."""
+        return memoryview(self.mapping)[offset : offset + byte_size]
+
+    def place(self, offset: int, byte_size: int) -> memoryview:
+        """Where an output is written: a view of the mapping."""
+        return memoryview(self.mapping)[offset : offset + byte_size]
 
     def status(self) -> dict[str, Any]:
         """The region's entry in a status reply (``SharedMemoryManager::GetStatus``)."""
@@ -72,11 +91,63 @@ class Region:
             pass  # a view outlives its request (an error's traceback): unmapped when it goes
 
 
+@dataclass(slots=True, eq=False)
+class CudaRegion:
+    """One registered CUDA region: ``byte_size`` bytes at ``pointer`` on GPU ``device_id``,
+    opened in this process from a client's IPC handle."""
+
+    kind: ClassVar[str] = CUDA
+    name: str
+    device_id: int
+    byte_size: int
+    pointer: int
+    driver: CudaMemory
+    users: int = 0
+
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        """An input's bytes, copied to host memory now."""
+        return memoryview(self.driver.read(self.pointer + offset, byte_size, self.device_id))
+
+    def place(self, offset: int, byte_size: int) -> DeviceBytes:
+        """Where an output is copied to, once the model has answered."""
+        return DeviceBytes(self, self.pointer + offset, byte_size)
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
+
+    def unmap(self) -> None:
+        try:
+            self.driver.close(self.pointer, self.device_id)
+        except CudaError:
+            pass  # the client's process (and its allocation) may be gone
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBytes:
+    """An output's place in a CUDA region: ``len`` and slice assignment, as the
+    ``memoryview`` of a system region offers them (``write_outputs`` uses both)."""
+
+    region: CudaRegion
+    pointer: int
+    byte_size: int
+
+    def __len__(self) -> int:
+        return self.byte_size
+
+    def __setitem__(self, where: slice, data: Any) -> None:
+        start, stop, _ = where.indices(self.byte_size)
+        if len(data) != stop - start:
+            raise ValueError("the data does not fit the slice")
+        self.region.driver.write(self.pointer + start, data, self.region.device_id)
+
+
 @dataclass(slots=True)
 class SharedMemoryRegistry:
-    """The regions registered with one server, by name."""
+    """The regions registered with one server, by name (system and CUDA in one map, as
+    Triton's); ``cuda`` is the driver CUDA regions are opened with, ``None`` without a GPU."""
 
-    regions: dict[str, Region] = field(default_factory=dict)
+    regions: dict[str, Region | CudaRegion] = field(default_factory=dict)
+    cuda: CudaMemory | None = None
 
     # -- register, status, unregister --------------------------------------------------------
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
@@ -95,44 +166,76 @@ class SharedMemoryRegistry:
             os.close(descriptor)
         self.regions[name] = Region(name, key, offset, byte_size, mapping)
 
+    def register_cuda(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open the device allocation a client's IPC ``handle`` names as region ``name``.
+
+        As 2.51: a handle that cannot be opened is "invalid args" (the driver's reason goes
+        to the log only), and so is a ``byte_size`` larger than the allocation (2.51 leaves
+        that handle open; it is closed here)."""
+        if self.cuda is None:
+            raise InvalidArgumentError(
+                f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
+            )
+        if name in self.regions:
+            raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
+        try:
+            pointer = self.cuda.open(handle, device_id)
+        except CudaError as exc:
+            log.error("failed to open CUDA IPC handle: %s", exc)
+            raise InvalidArgumentError(
+                "failed to register shared memory region: invalid args"
+            ) from None
+        region = CudaRegion(name, device_id, byte_size, pointer, self.cuda)
+        try:
+            size = self.cuda.allocation_size(pointer, device_id)
+        except CudaError as exc:
+            log.error("Failed to get CUDA address range: %s", exc)
+            size = -1
+        if byte_size % _SIZE_T > size:
+            region.unmap()
+            raise InvalidArgumentError(
+                f"failed to register shared memory region '{name}': invalid args"
+            )
+        self.regions[name] = region
+
     def status(self, name: str = "", kind: str = SYSTEM) -> list[dict[str, Any]]:
         """Every region of ``kind`` (sorted by name, as Triton's ``std::map``), or the one
         named."""
         if not name:
-            return [] if kind == CUDA else [self.regions[n].status() for n in sorted(self.regions)]
+            named = sorted(self.regions)
+            return [self.regions[n].status() for n in named if self.regions[n].kind == kind]
         region = self.regions.get(name)
         if region is None:
             raise NotFoundError(f"Unable to find {kind} shared memory region: '{name}'")
-        if kind == CUDA:
+        if region.kind != kind:
+            registered, asked = ("system", "CUDA") if kind == CUDA else ("CUDA", "system")
             raise NotFoundError(
-                f"The region named '{name}' is registered as system shared memory, not CUDA "
-                "shared memory"
+                f"The region named '{name}' is registered as {registered} shared memory, not "
+                f"{asked} shared memory"
             )
         return [region.status()]
 
     def unregister(self, name: str = "", kind: str = SYSTEM) -> None:
         """Unmap region ``name`` (every region of ``kind`` when empty); an unknown name, or a
         region of the other kind, is no error (``SharedMemoryManager::UnregisterHelper``)."""
-        if kind == CUDA:
-            return  # no CUDA region is ever registered here
         if name:
-            self._unregister(name)
+            self._unregister(name, kind)
             return
         failed = []
         for each in list(self.regions):
             try:
-                self._unregister(each)
+                self._unregister(each, kind)
             except InternalError:
                 failed.append(each)
         if failed:
             raise InternalError(
-                "Failed to unregister the following system shared memory regions: "
+                f"Failed to unregister the following {kind} shared memory regions: "
                 + "".join(f"{each} ," for each in failed)
             )
 
-    def _unregister(self, name: str) -> None:
+    def _unregister(self, name: str, kind: str) -> None:
         region = self.regions.get(name)
-        if region is None:
+        if region is None or region.kind != kind:
             return
         if region.users:
             raise InternalError(
@@ -149,8 +252,29 @@ class SharedMemoryRegistry:
 
     # -- use by requests ---------------------------------------------------------------------
     def lease(self, use: SharedMemoryUse, name: str, offset: int, byte_size: int) -> memoryview:
-        """``byte_size`` bytes of region ``name`` from ``offset``, in use by ``use`` until it is
-        released. Checked as ``SharedMemoryManager::GetMemoryInfo`` checks them."""
+        """An input's ``byte_size`` bytes of region ``name`` from ``offset``; the region is in
+        use by ``use`` until it is released."""
+        region, offset, byte_size = self._take(use, name, offset, byte_size)
+        try:
+            return region.read(offset, byte_size)
+        except CudaError as exc:
+            raise InternalError(
+                f"failed to copy from CUDA shared memory region '{name}': {exc}"
+            ) from None
+
+    def lease_output(
+        self, use: SharedMemoryUse, name: str, offset: int, byte_size: int
+    ) -> OutputMemory:
+        """Where an output goes: ``byte_size`` bytes of region ``name`` from ``offset``."""
+        region, offset, byte_size = self._take(use, name, offset, byte_size)
+        return region.place(offset, byte_size)
+
+    def _take(
+        self, use: SharedMemoryUse, name: str, offset: int, byte_size: int
+    ) -> tuple[Region | CudaRegion, int, int]:
+        """Region ``name``, now in use by ``use``, with ``offset`` and ``byte_size`` as
+        ``size_t`` values, once checked as ``SharedMemoryManager::GetMemoryInfo`` checks
+        them."""
         region = self.regions.get(name)
         if region is None:
             raise region_not_found(name)
@@ -164,7 +288,7 @@ class SharedMemoryRegistry:
             )
         region.users += 1
         use.releases.append(_releaser(region))
-        return memoryview(region.mapping)[offset : offset + byte_size]
+        return region, offset, byte_size
 
 
 def region_not_found(name: str) -> NotFoundError:
@@ -184,6 +308,19 @@ def lease(
     return regions.lease(use, name, offset, byte_size)
 
 
+def lease_output(
+    regions: SharedMemoryRegistry | None,
+    use: SharedMemoryUse,
+    name: str,
+    offset: int,
+    byte_size: int,
+) -> OutputMemory:
+    """``SharedMemoryRegistry.lease_output``; with no registry no region exists."""
+    if regions is None:
+        raise region_not_found(name)
+    return regions.lease_output(use, name, offset, byte_size)
+
+
 def write_outputs(use: SharedMemoryUse, response: InferResponse) -> None:
     """Copy each output asked for in shared memory into its region (Triton's allocator hands
     the backend that memory; here the one copy happens once the model has answered)."""
@@ -198,10 +335,15 @@ def write_outputs(use: SharedMemoryUse, response: InferResponse) -> None:
                 f"({len(target)} bytes) should be at least {len(data)} bytes to hold the "
                 "results"
             )
-        target[: len(data)] = data
+        try:
+            target[: len(data)] = data
+        except CudaError as exc:
+            raise InternalError(
+                f"failed to copy output '{tensor.name}' to CUDA shared memory: {exc}"
+            ) from None
 
 
-def _releaser(region: Region) -> Callable[[], None]:
+def _releaser(region: Region | CudaRegion) -> Callable[[], None]:
     def release() -> None:
         region.users -= 1
 
@@ -236,9 +378,12 @@ def _map(name: str, descriptor: int, offset: int, byte_size: int) -> mmap.mmap:
 __all__ = [
     "CUDA",
     "SYSTEM",
+    "CudaRegion",
+    "DeviceBytes",
     "Region",
     "SharedMemoryRegistry",
     "lease",
+    "lease_output",
     "region_not_found",
     "write_outputs",
 ]

@@ -136,7 +136,7 @@ def trace_setting(
     return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in values.items()})
 
 
-# -- shared memory: the registry HTTP shares; CUDA regions as a build without GPUs ------------
+# -- shared memory: the registry HTTP shares ------------------------------------------------------
 def system_shm_status(
     regions: SharedMemoryRegistry, request: pb.SystemSharedMemoryStatusRequest
 ) -> Message:
@@ -166,8 +166,11 @@ def system_shm_unregister(
 def cuda_shm_status(
     regions: SharedMemoryRegistry, request: pb.CudaSharedMemoryStatusRequest
 ) -> Message:
-    regions.status(request.name, CUDA)  # no CUDA region exists: only errors to answer
-    return pb.CudaSharedMemoryStatusResponse()
+    status = pb.CudaSharedMemoryStatusResponse.RegionStatus
+    response = pb.CudaSharedMemoryStatusResponse()
+    for entry in regions.status(request.name, CUDA):
+        response.regions[entry["name"]].CopyFrom(status(**entry))
+    return response
 
 
 def cuda_shm_unregister(
@@ -177,10 +180,13 @@ def cuda_shm_unregister(
     return pb.CudaSharedMemoryUnregisterResponse()
 
 
-def cuda_shm_register(request: pb.CudaSharedMemoryRegisterRequest) -> Message:
-    raise InvalidArgumentError(
-        f"failed to register CUDA shared memory region: '{request.name}', GPUs not supported"
-    )
+def cuda_shm_register(
+    regions: SharedMemoryRegistry, request: pb.CudaSharedMemoryRegisterRequest
+) -> Message:
+    # Triton reads the handle's 64 bytes whatever the field holds: one of another length
+    # names no allocation, and opening it fails ("invalid argument")
+    regions.register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
+    return pb.CudaSharedMemoryRegisterResponse()
 
 
 __all__ = [

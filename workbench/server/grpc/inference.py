@@ -17,7 +17,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.grpc.service_pb2 import ModelInferRequest, ModelInferResponse
 
 from workbench.core.contract import ServingCore
-from workbench.core.request import InferRequest, InferResponse
+from workbench.core.request import InferRequest, InferResponse, OutputMemory
 from workbench.core.trace_settings import TraceManager
 from workbench.errors import UnsupportedError
 from workbench.server.classification import classify_outputs
@@ -55,10 +55,10 @@ class PreparedRequest:
 
     def _finish(
         self, response: InferResponse, core: ServingCore
-    ) -> tuple[InferRequest | None, dict[str, memoryview]]:
+    ) -> tuple[InferRequest | None, dict[str, OutputMemory]]:
         """Write the outputs asked for in shared memory, classify: (the request to filter the
         outputs by, or None, and the outputs written into regions)."""
-        in_regions: dict[str, memoryview] = {}
+        in_regions: dict[str, OutputMemory] = {}
         if self.request.shared_memory is not None:
             write_outputs(self.request.shared_memory, response)
             in_regions = self.request.shared_memory.outputs

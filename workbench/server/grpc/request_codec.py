@@ -21,7 +21,7 @@ from workbench.config.dtypes import WIRE_TO_NUMPY
 from workbench.core.request import DeferredInput, InferRequest
 from workbench.errors import InvalidArgumentError
 from workbench.server.grpc.parameters import RequestParameters, request_parameters
-from workbench.server.grpc.shared_memory import shared_memory_region, tensor_memory
+from workbench.server.grpc.shared_memory import output_memory, shared_memory_region, tensor_memory
 from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.tensor_bytes import (
     deserialize_bytes,
@@ -200,7 +200,7 @@ def _decode_outputs(
     names: list[str] = []
     for spec in message.outputs:
         params, region = _output_parameters(spec)
-        memory = None if region is None else tensor_memory(spec, region, request, regions)
+        memory = None if region is None else output_memory(spec, region, request, regions)
         if spec.name in names:
             continue  # Triton's core keeps a set of them: a name asked twice answers once
         names.append(spec.name)

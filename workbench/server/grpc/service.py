@@ -189,7 +189,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> Message:
-        return control.cuda_shm_register(request)
+        return control.cuda_shm_register(self.shared_memory, request)
 
     @aborts_on_error
     async def CudaSharedMemoryUnregister(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.core.request import InferRequest, SharedMemoryUse
+from workbench.core.request import InferRequest, OutputMemory, SharedMemoryUse
 from workbench.errors import InvalidArgumentError
-from workbench.server.shared_memory import SharedMemoryRegistry, lease
+from workbench.server.shared_memory import SharedMemoryRegistry, lease, lease_output
 
 REGION = "shared_memory_region"
 _SIZES = ("shared_memory_offset", "shared_memory_byte_size")
@@ -53,12 +53,27 @@ def shared_memory_region(tensor: Any) -> str | None:
 def tensor_memory(
     tensor: Any, region: str, request: InferRequest, regions: SharedMemoryRegistry | None
 ) -> memoryview:
-    """The bytes of ``region`` that a checked tensor names, in use by ``request`` from now."""
+    """The bytes of ``region`` that a checked input names, in use by ``request`` from now."""
+    use, offset, byte_size = _sizes(tensor, request)
+    return lease(regions, use, region, offset, byte_size)
+
+
+def output_memory(
+    tensor: Any, region: str, request: InferRequest, regions: SharedMemoryRegistry | None
+) -> OutputMemory:
+    """Where in ``region`` a checked output is to be written, in use by ``request`` from
+    now."""
+    use, offset, byte_size = _sizes(tensor, request)
+    return lease_output(regions, use, region, offset, byte_size)
+
+
+def _sizes(tensor: Any, request: InferRequest) -> tuple[SharedMemoryUse, int, int]:
+    """The request's use of regions, and the offset and byte size a tensor names."""
     params = tensor.parameters
     offset = params[_SIZES[0]].int64_param if _SIZES[0] in params else 0
     byte_size = params[_SIZES[1]].int64_param
     use = request.shared_memory = request.shared_memory or SharedMemoryUse()
-    return lease(regions, use, region, offset, byte_size)
+    return use, offset, byte_size
 
 
-__all__ = ["REGION", "shared_memory_region", "tensor_memory"]
+__all__ = ["REGION", "output_memory", "shared_memory_region", "tensor_memory"]

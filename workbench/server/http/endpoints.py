@@ -30,13 +30,13 @@ from workbench.server.http.messages import (
     error_text_reply,
     json_reply,
 )
-from workbench.server.http.shared_memory import register_arguments
+from workbench.server.http.shared_memory import cuda_register_arguments, register_arguments
 from workbench.server.log_settings import LogSettings
 from workbench.server.shared_memory import CUDA, SharedMemoryRegistry
 from workbench.server.trace_setting import check_model, http_answer, http_new_setting
 
-#: The extensions this server implements, in Triton's order (``GET /v2``); of Triton 2.51's
-#: list only "cuda_shared_memory" is missing.
+#: The extensions this server implements, in Triton's order (``GET /v2``): Triton 2.51's
+#: list without "cuda_shared_memory", which ``server_extensions`` adds where a GPU is found.
 DEFAULT_EXTENSIONS = (
     "classification",
     "sequence",
@@ -51,6 +51,14 @@ DEFAULT_EXTENSIONS = (
     "trace",
     "logging",
 )
+
+
+def server_extensions(cuda: bool) -> tuple[str, ...]:
+    """``DEFAULT_EXTENSIONS``, with "cuda_shared_memory" in Triton's place when ``cuda``."""
+    if not cuda:
+        return DEFAULT_EXTENSIONS
+    at = DEFAULT_EXTENSIONS.index("system_shared_memory") + 1
+    return (*DEFAULT_EXTENSIONS[:at], "cuda_shared_memory", *DEFAULT_EXTENSIONS[at:])
 
 
 class Endpoints:
@@ -170,9 +178,12 @@ class Endpoints:
                 f"'region name' is necessary to register {kind} shared memory region"
             )
         if kind == CUDA:
-            raise InvalidArgumentError(
-                f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
-            )
+            if self.regions.cuda is None:  # as a Triton built without GPU support
+                raise InvalidArgumentError(
+                    f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
+                )
+            self.regions.register_cuda(region, *cuda_register_arguments(req.body))
+            return EMPTY_OK
         self.regions.register_system(region, *register_arguments(req.body))
         return EMPTY_OK
 
@@ -219,4 +230,4 @@ def _unload_dependents(req: HttpRequest) -> bool:
     return value if isinstance(value, bool) else False
 
 
-__all__ = ["DEFAULT_EXTENSIONS", "Endpoints"]
+__all__ = ["DEFAULT_EXTENSIONS", "Endpoints", "server_extensions"]

@@ -31,7 +31,7 @@ from workbench.errors import InternalError, InvalidArgumentError
 from workbench.server.http import _json
 from workbench.server.http._json import NON_ARRAY, NON_BOOL, NON_STRING, NON_UINT, access_error
 from workbench.server.http.request_plan import Body, cached_plan, make_plan, remember_plan
-from workbench.server.http.shared_memory import REGION, check_output, tensor_memory
+from workbench.server.http.shared_memory import REGION, check_output, output_memory, tensor_memory
 from workbench.server.shared_memory import SharedMemoryRegistry
 from workbench.server.tensor_bytes import (
     MAX_DIMS,
@@ -472,7 +472,7 @@ def _decode_outputs(
             params = {}  # as for inputs: Triton finds no parameter in a non-object
         name = _string_member(spec, "name")
         _check_output_parameters(params)
-        memory = tensor_memory(params, req, regions) if REGION in params else None
+        memory = output_memory(params, req, regions) if REGION in params else None
         if name in req.output_parameters:
             continue  # Triton keeps the first of an output named twice, and answers it once
         names.append(name)
