@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -21,6 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from tests.server.add_one_server import add_one_server
 from tests.server.fake_cuda import FakeCudaDriver
 from workbench._types import Tensor
 from workbench.core.request import InferResponse, SharedMemoryUse
@@ -30,8 +30,6 @@ from workbench.server.hosting import Server
 from workbench.server.http.endpoints import server_extensions
 from workbench.server.http.shared_memory import cuda_register_arguments
 from workbench.server.shared_memory import CUDA, SharedMemoryRegistry, write_outputs
-
-REPOSITORY = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo"
 
 
 @pytest.fixture
@@ -199,14 +197,7 @@ def test_register_body_read() -> None:
 @pytest.fixture
 def served(fake: FakeCudaDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     monkeypatch.setattr(cuda_ipc, "driver", lambda: fake)
-    with Server(
-        REPOSITORY,
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        model_control_mode="explicit",
-        load_model=["add_one"],
-    ) as server:
+    with add_one_server() as server:
         yield server
 
 

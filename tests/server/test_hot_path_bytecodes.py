@@ -35,6 +35,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.server.add_one_server import add_one_server
 from workbench.server.grpc import native
 from workbench.server.hosting import Server
 
@@ -43,21 +44,13 @@ pytestmark = [
     pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="budgets counted on CPython 3.11"),
 ]
 
-REPOSITORY = Path(__file__).resolve().parents[1] / "assets" / "conformance_repo"
 BUDGETS = {"http": 3_750, "grpc": 3_600}
 REQUESTS = 100
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with Server(
-        REPOSITORY,
-        http_port=0,
-        grpc_port=0,
-        metrics_port=0,
-        model_control_mode="explicit",
-        load_model=["add_one"],
-    ) as running:
+    with add_one_server() as running:
         yield running
 
 

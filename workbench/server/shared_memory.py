@@ -72,8 +72,8 @@ class Region:
         return memoryview(self.mapping)[offset : offset + byte_size]
 
     def place(self, offset: int, byte_size: int) -> memoryview:
-        """Where an output is written: a view of the mapping."""
-        return memoryview(self.mapping)[offset : offset + byte_size]
+        """Where an output is written: the same view."""
+        return self.read(offset, byte_size)
 
     def status(self) -> dict[str, Any]:
         """The region's entry in a status reply (``SharedMemoryManager::GetStatus``)."""
@@ -191,7 +191,7 @@ class SharedMemoryRegistry:
         except CudaError as exc:
             log.error("Failed to get CUDA address range: %s", exc)
             size = -1
-        if byte_size % _SIZE_T > size:
+        if byte_size > size:
             region.unmap()
             raise InvalidArgumentError(
                 f"failed to register shared memory region '{name}': invalid args"
