@@ -56,10 +56,10 @@ class SharedMemoryUse:
     """The shared-memory regions a front end lent one request (``server/shared_memory.py``).
 
     Inputs read from a system region are numpy views of it (from a CUDA region, of its host
-    copy); the outputs named in ``outputs`` are
-    written into their region, instead of into the reply, once the core has answered. The core
-    passes this along untouched. ``release`` ends the request's use of the regions, which
-    until then cannot be unregistered (Triton's ``SharedMemoryManager::UnregisterHelper``).
+    copy); the outputs named in ``outputs`` are written into their region, instead of into the
+    reply, once the core has answered. The core passes this along untouched. ``release`` ends
+    the request's use of the regions, which until then cannot be unregistered (Triton's
+    ``SharedMemoryManager::UnregisterHelper``).
     """
 
     #: output name -> the bytes of its region it must fit in (the request's offset and size)

@@ -2,8 +2,8 @@
 
 Each mirrors its ``CommonHandler::Register*`` counterpart in Triton 2.51's
 ``src/grpc/grpc_server.cc``: typed parameters are checked with Triton's texts, shared memory
-goes to the registry HTTP shares, trace settings are the ones HTTP reads and updates, and
-what the HTTP side does not support (CUDA shared memory) answers the same way it answers there.
+(system and CUDA) goes to the registry HTTP shares, and trace settings are the ones HTTP reads
+and updates.
 """
 
 from __future__ import annotations
