@@ -497,5 +497,11 @@ def write_report(path: Path, title: str, body: str, info: dict[str, str], errors
 
 
 def results_path(suffix: str) -> Path:
-    """``benchmarks/results/<date>_<suffix>.md``."""
-    return RESULTS_DIR / f"{datetime.date.today()}_{suffix}.md"
+    """``benchmarks/results/<date>_<suffix>.md``, or ``..._<suffix>_2.md`` (3, ...) when a run
+    of the same day already wrote that one: a rerun never overwrites a result."""
+    stem = f"{datetime.date.today()}_{suffix}"
+    path, number = RESULTS_DIR / f"{stem}.md", 1
+    while path.exists() or path.with_suffix(".json").exists():
+        number += 1
+        path = RESULTS_DIR / f"{stem}_{number}.md"
+    return path
