@@ -19,6 +19,7 @@ device context"): the client and the server are different processes, as with Tri
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,13 +66,14 @@ class CudaDriver:
         count = ctypes.c_int(0)
         self._check(library.cuDeviceGetCount(ctypes.byref(count)))
         self.device_count = count.value
-        self._open = _symbol(library, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle")
+        # the _v2 entry points: what cuda.h's unsuffixed names mean since CUDA 11
+        self._open = library.cuIpcOpenMemHandle_v2
         self._open.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
-        self._to_host = _symbol(library, "cuMemcpyDtoH_v2", "cuMemcpyDtoH")
+        self._to_host = library.cuMemcpyDtoH_v2
         self._to_host.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
-        self._to_device = _symbol(library, "cuMemcpyHtoD_v2", "cuMemcpyHtoD")
+        self._to_device = library.cuMemcpyHtoD_v2
         self._to_device.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
-        self._range = _symbol(library, "cuMemGetAddressRange_v2", "cuMemGetAddressRange")
+        self._range = library.cuMemGetAddressRange_v2
         self._range.argtypes = [
             ctypes.POINTER(ctypes.c_uint64),
             ctypes.POINTER(ctypes.c_size_t),
@@ -153,33 +155,15 @@ class CudaDriver:
         return text.value.decode()
 
 
-def _symbol(library: Any, *names: str) -> Any:
-    for name in names:
-        try:
-            return getattr(library, name)
-        except AttributeError:
-            continue
-    raise AttributeError(names[0])
-
-
-_driver: CudaDriver | None = None
-_probed = False
-_probe_lock = threading.Lock()
-
-
+@functools.cache
 def driver() -> CudaDriver | None:
     """This process's ``CudaDriver``, or ``None`` where there is no NVIDIA driver or GPU
     (looked for once)."""
-    global _driver, _probed
-    with _probe_lock:
-        if not _probed:
-            _probed = True
-            try:
-                candidate = CudaDriver(ctypes.CDLL("libcuda.so.1"))
-            except (OSError, AttributeError, CudaError):
-                candidate = None
-            _driver = candidate if candidate is not None and candidate.device_count else None
-        return _driver
+    try:
+        found = CudaDriver(ctypes.CDLL("libcuda.so.1"))
+    except (OSError, AttributeError, CudaError):
+        return None
+    return found if found.device_count else None
 
 
 __all__ = ["HANDLE_BYTES", "CudaDriver", "CudaError", "CudaMemory", "driver"]

@@ -172,22 +172,19 @@ class SharedMemoryRegistry:
         As 2.51: a handle that cannot be opened is "invalid args" (the driver's reason goes
         to the log only), and so is a ``byte_size`` larger than the allocation (2.51 leaves
         that handle open; it is closed here)."""
-        if self.cuda is None:
-            raise InvalidArgumentError(
-                f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
-            )
+        cuda = self.require_cuda(name)
         if name in self.regions:
             raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
         try:
-            pointer = self.cuda.open(handle, device_id)
+            pointer = cuda.open(handle, device_id)
         except CudaError as exc:
             log.error("failed to open CUDA IPC handle: %s", exc)
             raise InvalidArgumentError(
                 "failed to register shared memory region: invalid args"
             ) from None
-        region = CudaRegion(name, device_id, byte_size, pointer, self.cuda)
+        region = CudaRegion(name, device_id, byte_size, pointer, cuda)
         try:
-            size = self.cuda.allocation_size(pointer, device_id)
+            size = cuda.allocation_size(pointer, device_id)
         except CudaError as exc:
             log.error("Failed to get CUDA address range: %s", exc)
             size = -1
@@ -197,6 +194,15 @@ class SharedMemoryRegistry:
                 f"failed to register shared memory region '{name}': invalid args"
             )
         self.regions[name] = region
+
+    def require_cuda(self, name: str) -> CudaMemory:
+        """The driver CUDA regions are opened with; without one, registering region ``name``
+        is refused as by a Triton built without GPU support."""
+        if self.cuda is None:
+            raise InvalidArgumentError(
+                f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
+            )
+        return self.cuda
 
     def status(self, name: str = "", kind: str = SYSTEM) -> list[dict[str, Any]]:
         """Every region of ``kind`` (sorted by name, as Triton's ``std::map``), or the one
@@ -303,9 +309,7 @@ def lease(
     byte_size: int,
 ) -> memoryview:
     """``SharedMemoryRegistry.lease``; with no registry (a bare codec) no region exists."""
-    if regions is None:
-        raise region_not_found(name)
-    return regions.lease(use, name, offset, byte_size)
+    return _registry(regions, name).lease(use, name, offset, byte_size)
 
 
 def lease_output(
@@ -316,9 +320,13 @@ def lease_output(
     byte_size: int,
 ) -> OutputMemory:
     """``SharedMemoryRegistry.lease_output``; with no registry no region exists."""
+    return _registry(regions, name).lease_output(use, name, offset, byte_size)
+
+
+def _registry(regions: SharedMemoryRegistry | None, name: str) -> SharedMemoryRegistry:
     if regions is None:
         raise region_not_found(name)
-    return regions.lease_output(use, name, offset, byte_size)
+    return regions
 
 
 def write_outputs(use: SharedMemoryUse, response: InferResponse) -> None:

@@ -178,10 +178,7 @@ class Endpoints:
                 f"'region name' is necessary to register {kind} shared memory region"
             )
         if kind == CUDA:
-            if self.regions.cuda is None:  # as a Triton built without GPU support
-                raise InvalidArgumentError(
-                    f"failed to register CUDA shared memory region: '{region}', GPUs not supported"
-                )
+            self.regions.require_cuda(region)  # refused before the body is read, without GPUs
             self.regions.register_cuda(region, *cuda_register_arguments(req.body))
             return EMPTY_OK
         self.regions.register_system(region, *register_arguments(req.body))
