@@ -105,8 +105,9 @@ def _saturated(rows: Sequence[Mapping[str, Any]], count: Any) -> SaturatedHostWa
         f"this machine's CPUs were {SATURATED:.0%} busy or more at {len(busy)} of the "
         f"{len(rows)} points chosen among (host_cpu: {where}{more}): there the server, the "
         "model's instances and the load share the cores, so more instances gain only what the "
-        "rest leaves them (on the embedded server, whose front end takes more CPU per inference "
-        f"than Triton's, less than on real Triton). Confirm instance_count={count} on the "
+        "rest leaves them (on the embedded server, whose one event loop hands every instance "
+        "its work where Triton has a thread per instance, less than on real Triton). Confirm "
+        f"instance_count={count} on the "
         'machine you will serve from, or on real Triton (Workbench.connect, engine="tritonserver").'
     )
 
