@@ -306,9 +306,15 @@ class CpuMeter:
 
 
 def sweep_once(
-    root: Path, model: str, engine: str, tritonserver: str, duration_s: float
+    root: Path,
+    model: str,
+    engine: str,
+    tritonserver: str,
+    duration_s: float,
+    grid: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One sweep of ``model`` over ``GRID`` on ``engine``; its rows with CPU columns."""
+    """One sweep of ``model`` over ``grid`` (``GRID`` when None) on ``engine``; its rows with
+    CPU columns."""
     import workbench as wb
     from workbench.bench.runner import Endpoints, SweepSpec
     from workbench.bench.sweep import start
@@ -316,12 +322,13 @@ def sweep_once(
     options = {"tritonserver": tritonserver} if engine == "tritonserver" else {}
     bench = wb.Workbench(root, engine=engine, **options)
     try:
-        settings = {axis: values for axis, values in GRID.items() if axis != "concurrency"}
+        axes = GRID if grid is None else grid
+        settings = {axis: list(values) for axis, values in axes.items() if axis != "concurrency"}
         spec = SweepSpec.plan(
             model,
             bench.model_dir(model),
             settings=settings,
-            concurrency=GRID["concurrency"],
+            concurrency=list(axes["concurrency"]),
             duration_s=duration_s,
         )
         repository = None if bench.remote else bench.repository  # as Workbench.sweep does
