@@ -2,7 +2,7 @@
 
 A sweep chooses an instance count by how much each added instance gains. On a two-core
 machine shared with the load, a second instance of ``transfer.py``'s ``cpu_bound`` model gains
-1.1-1.4x on the embedded server and 1.7-2.0x on tritonserver 2.51 (benchmarks/README.md,
+1.1-1.45x on the embedded server and 1.7-2.0x on tritonserver 2.51 (benchmarks/README.md,
 "What a second instance gains, design by design"), so the advice differs. Whether that is the
 small machine's doing or the server's shows on a machine with a core to spare per instance:
 this sweeps ``cpu_bound`` over instance counts at one max_batch_size and concurrency, on
@@ -52,12 +52,12 @@ def gains(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, float]]
         for row in rows:
             by_count.setdefault(int(row["instance_count"]), []).append(row)
     table = []
-    base = None
     for count in sorted(by_count):
         rows = by_count[count]
         throughput = statistics.median(float(row["throughput"]) for row in rows)
-        base = throughput if base is None else base
-        busy = [float(row["host_cpu"]) for row in rows if row.get("host_cpu") is not None]
+        base = table[0]["throughput"] if table else throughput
+        # a remote server's rows have no host_cpu (None or NaN): a NaN would upset the median
+        busy = [float(v) for row in rows if (v := row.get("host_cpu")) is not None and v == v]
         table.append(
             {
                 "instance_count": count,

@@ -37,6 +37,12 @@ def test_a_remote_servers_missing_host_cpu_is_nan() -> None:
     assert math.isnan(entry["host_cpu"])
 
 
+def test_a_nan_host_cpu_is_left_out_of_the_median() -> None:
+    runs = [_sweep({1: 10.0}, busy=0.6), _sweep({1: 10.0}, busy=math.nan), _sweep({1: 10.0})]
+    [entry] = instance_gain.gains(runs)
+    assert entry["host_cpu"] == pytest.approx(0.55)
+
+
 def test_the_section_prints_each_count_and_its_gain() -> None:
     text = instance_gain.section("workbench", [_sweep({1: 1500.0, 2: 2250.0, 4: 3000.0})])
     assert "### workbench (1 sweep)" in text

@@ -107,8 +107,8 @@ def _saturated(rows: Sequence[Mapping[str, Any]], count: Any) -> SaturatedHostWa
         "model's instances and the load share the cores, so more instances gain only what the "
         "rest leaves them (on the embedded server, whose one event loop hands every instance "
         "its work where Triton has a thread per instance, less than on real Triton). Confirm "
-        f"instance_count={count} on the "
-        'machine you will serve from, or on real Triton (Workbench.connect, engine="tritonserver").'
+        f"instance_count={count} on the machine you will serve from, or on real Triton "
+        '(Workbench.connect, engine="tritonserver").'
     )
 
 
