@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -32,9 +33,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: the repository's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import numpy as np
 import psutil
-from _harness import (
+
+from benchmarks._harness import (  # noqa: E402
     REPO_ROOT,
     TRITON,
     WORKBENCH,
@@ -45,8 +50,11 @@ from _harness import (
     workbench_server,
     write_report,
 )
-
-from tests.integration.peers import TritonServerProcess, copy_repository, prepare
+from tests.integration.peers import (  # noqa: E402
+    TritonServerProcess,
+    copy_repository,
+    prepare,
+)
 
 MIB = 1 << 20
 SAMPLE_S = 0.02

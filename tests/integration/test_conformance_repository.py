@@ -5,13 +5,22 @@
   index lists the version with that reason.
 - Unloading a model an ensemble uses unloads the ensemble too (UNAVAILABLE "unloaded", not
   ready, no statistics); loading the model again loads the ensemble again.
+- The index lists the models of the repository's folders only: not a model still serving after
+  its folder went, nor one loaded from ``file:`` contents.
+- In poll mode, removing a model's folder unloads it and the ensembles that use it (the model
+  leaves the index, the ensemble is UNAVAILABLE "unloaded"); putting it back loads both afresh.
 
 Traceback line numbers inside importlib differ by import path, so they are masked.
 """
 
 from __future__ import annotations
 
+import base64
+import compileall
+import json
+import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +106,153 @@ def test_failed_loads_and_ensembles_of_unloaded_models_as_triton(
     assert "'version': '1', 'state': 'UNAVAILABLE', 'reason': 'Internal: RuntimeError: boom" in (
         ours_story
     )
+
+
+def _settled_copy(source: Path, destination: Path) -> None:
+    """``source`` copied with its Python compiled ahead and every time stamp in the past.
+
+    Else tritonserver's stub writes ``__pycache__`` into the folder while loading it, and its
+    next poll takes that for a change and loads the model again, racing what the test does.
+    """
+    staging = destination.parent / f".{destination.name}.staging"
+    copy_repository(source, staging)
+    past = time.time() - 600
+    for path in staging.rglob("*"):
+        os.utime(path, (past, past))
+    compileall.compile_dir(str(staging), quiet=1)
+    for path in [staging, *staging.rglob("*")]:
+        os.utime(path, (past, past))
+    staging.rename(destination)  # the poll sees the whole folder at once
+
+
+def _poll_until(check: Any, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _poll_story(url: str, root: Path) -> list[Any]:
+    """Serve add_one and ens in poll mode; remove add_one's folder; put it back."""
+    add_one = ASSETS / "conformance_repo" / "add_one"
+    body = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+    seen: list[Any] = []
+
+    def index() -> list[dict[str, Any]]:
+        return list(requests.post(f"{url}/v2/repository/index", data=b"").json())
+
+    def state(name: str) -> str | None:
+        return next((e.get("state") for e in index() if e["name"] == name), None)
+
+    def look(label: str) -> None:
+        infer = requests.post(f"{url}/v2/models/ens/infer", json=body)
+        stats = requests.get(f"{url}/v2/models/ens/stats")
+        count = None
+        if stats.status_code == 200:
+            count = stats.json()["model_stats"][0]["inference_stats"]["success"]["count"]
+        seen.append(
+            [
+                label,
+                index(),
+                requests.get(f"{url}/v2/models/ens/ready").status_code,
+                requests.get(f"{url}/v2/models/add_one/ready").status_code,
+                infer.status_code,
+                infer.json().get("error"),
+                count,
+            ]
+        )
+
+    _poll_until(lambda: state("ens") == "READY", "the ensemble did not load")
+    look("served")
+    shutil.rmtree(root / "add_one")
+    _poll_until(lambda: state("ens") != "READY", "the removal was not seen")
+    _wait_unloaded(url)
+    look("add_one removed")
+    _settled_copy(add_one, root / "add_one")
+    _poll_until(lambda: state("ens") == "READY", "the ensemble did not come back")
+    look("add_one back")  # the ensemble's statistics start afresh: it was loaded again
+    return seen
+
+
+def test_poll_mode_takes_a_removed_model_and_its_ensembles_down_as_triton(
+    peers: Peers, tmp_path: Path
+) -> None:
+    stories = []
+    for engine in ("triton", "ours"):
+        root = tmp_path / engine
+        root.mkdir()
+        _settled_copy(ASSETS / "dependents_repo" / "ens", root / "ens")
+        _settled_copy(ASSETS / "conformance_repo" / "add_one", root / "add_one")
+        if engine == "triton":
+            with TritonServerProcess(
+                peers,
+                root,
+                log_path=tmp_path / "triton.log",
+                model_control_mode="poll",
+                load_models=(),
+                extra_args=["--repository-poll-secs=1"],
+            ) as triton:
+                stories.append(_poll_story(f"http://{triton.http_url}", root))
+        else:
+            with Server(
+                root,
+                http_port=0,
+                grpc_port=0,
+                metrics_port=0,
+                model_control_mode="poll",
+                repository_poll_secs=1,
+            ) as ours:
+                stories.append(_poll_story(ours.url, root))
+    theirs, ours_story = stories
+    assert ours_story == theirs
+    removed = ours_story[1]
+    assert [e["name"] for e in removed[1]] == ["ens"]  # add_one left the index
+    assert removed[1][0]["reason"] == "unloaded" and removed[2] == 400
+    assert ours_story[2][-1] == 1  # the ensemble's first inference since it came back
+
+
+def test_the_index_lists_only_the_repository_folders_as_triton(
+    urls: dict[str, str], tmp_path: Path
+) -> None:
+    """A model loaded from ``file:`` contents, and one whose folder went while it served."""
+    model_py = (ASSETS / "conformance_repo" / "add_one" / "1" / "model.py").read_bytes()
+    config = {
+        "name": "uploaded",
+        "backend": "python",
+        "max_batch_size": 8,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+    }
+    upload = {
+        "parameters": {
+            "config": json.dumps(config),
+            "file:1/model.py": base64.b64encode(model_py).decode(),
+        }
+    }
+
+    def story(url: str, root: Path) -> list[Any]:
+        shutil.copytree(root / "add_one", root / "gone")
+        text = (root / "gone" / "config.pbtxt").read_text()
+        (root / "gone" / "config.pbtxt").write_text(text.replace('"add_one"', '"gone"'))
+        seen: list[Any] = []
+        for model, request in (("uploaded", upload), ("gone", None)):
+            answer = requests.post(f"{url}/v2/repository/models/{model}/load", json=request)
+            seen.append([model, answer.status_code])
+        shutil.rmtree(root / "gone")
+        index = requests.post(f"{url}/v2/repository/index", data=b"").json()
+        seen.append(sorted(e["name"] for e in index))
+        for model in ("uploaded", "gone"):
+            seen.append([model, requests.get(f"{url}/v2/models/{model}/ready").status_code])
+            requests.post(f"{url}/v2/repository/models/{model}/unload")
+        _wait_unloaded(url)
+        return seen
+
+    ours_root = _repository(tmp_path / "repo")
+    with Server(
+        ours_root, http_port=0, grpc_port=0, metrics_port=0, model_control_mode="explicit"
+    ) as ours:
+        ours_story = story(ours.url, ours_root)
+    theirs = story(urls["triton"], Path(urls["root"]))
+    assert ours_story == theirs
+    assert "uploaded" not in ours_story[2] and "gone" not in ours_story[2]
+    assert ["uploaded", 200] in ours_story[3:] and ["gone", 200] in ours_story[3:]

@@ -254,9 +254,12 @@ class InferenceCore:
             current = await threads.run(Work.FILES, self.repository.snapshot)
             changes = diff_snapshots(previous, current)
             previous = current
+            # As tritonserver 2.51 in poll mode: a model removed from the repository is
+            # unloaded with the ensembles that use it, and those come back with it.
             for name in changes.removed:
-                await self.models.unload(name)
+                await self._unload_each([name])
             await self._load_many([*changes.added, *changes.modified])
+            await self._load_waiting_ensembles()
 
     # -- health and metadata -------------------------------------------------------------------
     @property
@@ -348,7 +351,9 @@ class InferenceCore:
 
     # -- repository extension ------------------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        names = sorted({*self.repository.model_names(), *(r.name for r in self.models.records())})
+        """As tritonserver 2.51: the models of the repository's folders (a model loaded from
+        ``file:`` contents, or still serving after its folder went, is not listed)."""
+        names = self.repository.model_names()
         entries: list[dict[str, Any]] = []
         for name in names:
             entries.extend(self._index_entries(name))

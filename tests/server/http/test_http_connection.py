@@ -7,8 +7,9 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,10 @@ from tests.server.conftest import RunningServer
 from tests.server.fake_core import FakeCore
 from workbench.core.request import InferRequest, InferResponse
 from workbench.server.http import create_app
+from workbench.server.http.body_reader import BodyReader
 from workbench.server.http.connection import HttpConnection
 from workbench.server.http.frontend import HttpFrontend
+from workbench.server.http.messages import Reply
 
 INFER_BODY = json.dumps(
     {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
@@ -416,5 +419,196 @@ def test_a_connection_lost_before_its_task_ran_ends_the_task() -> None:
         assert connection._serving is not None
         await asyncio.wait_for(connection._serving, 5)
         assert not connection.busy
+
+    asyncio.run(main())
+
+
+def _echo_request(element: bytes) -> bytes:
+    """An infer of ``echo_bytes`` with ``element`` as its one BYTES input, binary both ways."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {"binary_data_size": 4 + len(element)},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = header + len(element).to_bytes(4, "little") + element
+    return post(
+        "/v2/models/echo_bytes/infer",
+        body,
+        b"Inference-Header-Content-Length: %d\r\n" % len(header),
+    )
+
+
+def _settled(count: Callable[[], int]) -> int:
+    """``count()`` once it has stayed the same for a second (at most 20 s of polling)."""
+    last, same = count(), 0
+    for _ in range(400):
+        time.sleep(0.05)
+        now = count()
+        same = same + 1 if now == last else 0
+        last = now
+        if same >= 20:
+            break
+    return last
+
+
+def test_a_client_that_does_not_read_holds_back_its_replies(running: RunningServer) -> None:
+    """A client pipelining requests without reading their replies stops being served (the
+    replies are not all held in the server's memory), and gets every reply, in order, once
+    it reads."""
+    size = 512 * 1024
+    # What the kernel may hold of the replies: the server's send buffer grows up to
+    # tcp_wmem's maximum (4 MiB on Debian); the client's receive buffer is kept small.
+    in_kernel = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]) // size + 1
+    count = 3 * in_kernel
+    elements = [bytes([i % 256]) * size for i in range(count)]
+    served_before = running.core.success.get("echo_bytes", 0)
+
+    def served() -> int:
+        return running.core.success.get("echo_bytes", 0) - served_before
+
+    host, port = running.address.split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # before connect
+    sock.settimeout(30)
+    sock.connect((host, int(port)))
+    sent: list[BaseException] = []
+
+    def send_all() -> None:  # blocks while the server does not read
+        try:
+            sock.sendall(b"".join(_echo_request(e) for e in elements))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            sent.append(exc)
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    sender.start()
+    try:
+        held_back = _settled(served)
+        # Beside the kernel's: one reply in the transport past its high-water mark, one being
+        # written. Without flow control every request is served.
+        assert held_back <= in_kernel + 2, f"{held_back} of {count} served before a read"
+        reader = Reader(sock)
+        answers = [reader.answer() for _ in range(count)]
+        sender.join(timeout=30)
+        assert not sender.is_alive() and not sent
+    finally:
+        sock.close()
+    assert [a.status for a in answers] == [200] * count
+    for element, answer in zip(elements, answers, strict=True):
+        assert answer.body.endswith(len(element).to_bytes(4, "little") + element)
+    assert served() == count
+
+
+def test_a_body_being_read_in_place_leaves_flow_control_to_its_connection() -> None:
+    """Replies to earlier pipelined requests may fill the transport while a later request's
+    large body is read by a ``BodyReader``: their pause and resume reach the connection."""
+    heard: list[str] = []
+
+    class Owner:
+        def body_read(self, body: memoryview) -> None: ...
+
+        def eof_received(self) -> bool | None:
+            return None
+
+        def connection_lost(self, exc: Exception | None) -> None: ...
+
+        def pause_writing(self) -> None:
+            heard.append("pause")
+
+        def resume_writing(self) -> None:
+            heard.append("resume")
+
+    reader = BodyReader(Owner(), 16, [])
+    reader.pause_writing()
+    reader.resume_writing()
+    assert heard == ["pause", "resume"]
+
+
+def test_a_client_gone_while_its_replies_wait_to_be_read_frees_the_wait() -> None:
+    async def main() -> None:
+        connection = HttpConnection(create_app(FakeCore()), set(), set())  # type: ignore[arg-type]
+        connection.pause_writing()
+        waiting = asyncio.ensure_future(connection.drained())
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # held until the client reads
+        connection.connection_lost(None)
+        await asyncio.wait_for(waiting, 1)
+        connection.pause_writing()  # a late pause from a closed transport holds nobody
+        await asyncio.wait_for(connection.drained(), 1)
+
+    asyncio.run(main())
+
+
+class _HeldApp:
+    """An app whose every request waits for ``go``; answers 200 with an empty body."""
+
+    max_input_bytes = 64 << 20
+
+    def __init__(self) -> None:
+        self.tracer = type("Off", (), {"enabled": False})()
+        self.go = asyncio.Event()
+        self.served = 0
+
+    async def handle(self, request: object) -> Reply:
+        await self.go.wait()
+        self.served += 1
+        return Reply(200, b"")
+
+
+class _Transport:
+    """Records the flow-control calls a connection makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.written = 0
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+    def write(self, data: bytes) -> None:
+        self.written += 1
+
+    def writelines(self, parts: object) -> None:
+        self.written += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_reading_stops_while_large_bodies_wait_to_be_served() -> None:
+    """Pipelined requests with large bodies: reading stops once their bodies queued hold
+    ``_MAX_QUEUED_BYTES`` (long before ``_MAX_QUEUED`` requests), and goes on once served."""
+
+    async def main() -> None:
+        app = _HeldApp()
+        transport = _Transport()
+        connection = HttpConnection(app, set(), set())  # type: ignore[arg-type]
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        body = b"x" * (2 << 20)
+        connection.data_received(post("/v2/models/m/infer", body))  # served (held)
+        await asyncio.sleep(0)
+        for _ in range(2):  # 4 MiB queued behind it
+            connection.data_received(post("/v2/models/m/infer", body))
+        assert transport.calls == ["pause"]
+        app.go.set()
+        for _ in range(100):
+            if app.served == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert app.served == 3 and transport.calls == ["pause", "resume"]
+        connection.connection_lost(None)
 
     asyncio.run(main())

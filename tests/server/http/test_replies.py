@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from workbench.server.http.messages import Reply, send_reply
-from workbench.server.http.replies import JOIN_BELOW, reply_head, write_reply
+from workbench.server.http.replies import JOIN_BELOW, StreamSender, reply_head, write_reply
 
 
 class Transport:
@@ -81,3 +81,38 @@ def test_a_remembered_head_is_the_one_made_for_it_and_a_copy() -> None:
     assert reply_head(404, [[b"x-a", b"1"]], keep_alive=True) == (  # type: ignore[list-item]
         b"HTTP/1.1 404 Not Found\r\nx-a: 1\r\n\r\n"
     )
+
+
+class SlowClient:
+    """A connection whose client reads nothing until told: each streamed part waits for it."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.read = asyncio.Event()
+        self.waits = 0
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    async def drained(self) -> None:
+        self.waits += 1
+        await self.read.wait()
+
+
+def test_a_streamed_reply_sends_its_next_part_only_once_the_client_has_read() -> None:
+    async def main() -> None:
+        client = SlowClient()
+        send = StreamSender(client, keep_alive=True).send
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        second = asyncio.ensure_future(
+            send({"type": "http.response.body", "body": b"a", "more_body": True})
+        )
+        await asyncio.sleep(0)
+        assert not second.done() and client.waits == 1  # held until the client reads
+        client.read.set()
+        await second
+        await send({"type": "http.response.body", "body": b"b", "more_body": False})
+        assert client.waits == 1  # the last part leaves the wait to the connection
+        assert client.written[1:] == [b"1\r\na\r\n", b"1\r\nb\r\n0\r\n\r\n"]
+
+    asyncio.run(main())

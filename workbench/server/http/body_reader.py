@@ -31,6 +31,10 @@ class BodyOwner(Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None: ...
 
+    def pause_writing(self) -> None: ...
+
+    def resume_writing(self) -> None: ...
+
 
 class BodyReader(asyncio.BufferedProtocol):
     """The transport's protocol while the rest of a large body arrives: each read lands in
@@ -60,6 +64,14 @@ class BodyReader(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connection.connection_lost(exc)
+
+    # Replies to earlier pipelined requests may be going out while this body arrives: the
+    # transport's flow control is the connection's.
+    def pause_writing(self) -> None:
+        self.connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.connection.resume_writing()
 
 
 def _body_buffer(length: int) -> memoryview:

@@ -7,6 +7,13 @@ here. A connection instead collects the request (``on_url``/``on_header``/``on_b
 an ``HttpRequest`` to ``HttpApp.handle`` and writes the reply's head and body in one
 ``write``. Requests pipelined on one connection are answered in order, one at a time.
 
+Flow control both ways, so that a client bounds what it makes the server hold: reading stops
+while ``_MAX_QUEUED`` requests, or bodies of ``_MAX_QUEUED_BYTES``, wait to be served (Triton
+reads no further than the request it serves), and serving stops while the transport holds
+more unsent reply bytes than its high-water mark (``pause_writing``), until the client has read
+them (``resume_writing``). A client that pipelines requests and never reads their replies so
+holds at most one reply beyond that mark and the queue, not every reply it asked for.
+
 Replies are written by ``replies.py``; only streamed (generate) replies use the ASGI
 ``send``/``receive`` shape, through its ``StreamSender`` (chunked transfer encoding) and a
 ``receive`` here that reports the client leaving.
@@ -54,6 +61,8 @@ log = logging.getLogger("workbench.server.http")
 
 #: pipelined requests held per connection before it stops reading (flow control)
 _MAX_QUEUED = 16
+#: ... or requests whose bodies hold this many bytes together
+_MAX_QUEUED_BYTES = 4 << 20
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b'{"error":"Invalid HTTP request received."}'
 _HEAD_TIMEOUT = b'{"error":"Request header timed out."}'
@@ -108,8 +117,14 @@ class HttpConnection(asyncio.Protocol):
         #: set when the server is stopping: close once the current reply is written
         self.closing = False
         self.queue: deque[tuple[HttpRequest, bool]] = deque()
+        #: the bytes of the queued requests' bodies
+        self.queued_bytes = 0
         self.busy = False
         self.paused = False
+        #: the transport holds more unsent bytes than its high-water mark (``pause_writing``)
+        self.writing_paused = False
+        #: what the serving task waits on while ``writing_paused``
+        self._drain: asyncio.Future[None] | None = None
         #: bytes of body so far (set by the first ``on_body`` of each request)
         self.size = 0
         #: the last ``Content-Length`` given (stale for a request without one: see
@@ -163,14 +178,34 @@ class HttpConnection(asyncio.Protocol):
         self.closed = True
         self.connections.discard(self)
         self.queue.clear()
+        self.queued_bytes = 0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._waiter is not None and not self._waiter.done():  # (cancelled at the exit)
             self._waiter.set_result(None)  # the serving task sees the connection closed
         self._waiter = None
+        self.resume_writing()  # nothing more will be sent: whoever waits to send moves on
         if self._gone is not None and not self._gone.done():
             self._gone.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self._drain is not None:
+            if not self._drain.done():  # (cancelled at the exit)
+                self._drain.set_result(None)
+            self._drain = None
+
+    async def drained(self) -> None:
+        """Return once the client has read enough of what was written (at once unless
+        ``pause_writing`` came): the serving task's wait before its next reply."""
+        if self.writing_paused and not self.closed:
+            if self._drain is None:
+                self._drain = self.loop.create_future()
+            await self._drain
 
     def data_received(self, data: bytes) -> None:
         if self.tracer.enabled and not self.recv_start_ns:  # HTTP_RECV_START, traced or not
@@ -359,6 +394,7 @@ class HttpConnection(asyncio.Protocol):
             self.recv_start_ns = 0
         self._reset()  # for the next message (here rather than in on_message_begin: one call less)
         self.queue.append((request, self.parser.should_keep_alive()))
+        self.queued_bytes += len(body)
         self.busy = True
         if self._waiter is not None:  # the serving task is idle: wake it
             self._waiter.set_result(None)
@@ -367,7 +403,9 @@ class HttpConnection(asyncio.Protocol):
             self._serving = self.loop.create_task(self._serve_queue())
             self.tasks.add(self._serving)
             self._serving.add_done_callback(self.tasks.discard)
-        elif len(self.queue) >= _MAX_QUEUED and self.transport is not None:
+        elif (
+            len(self.queue) >= _MAX_QUEUED or self.queued_bytes >= _MAX_QUEUED_BYTES
+        ) and self.transport is not None:
             self.transport.pause_reading()
             self.paused = True
 
@@ -390,7 +428,8 @@ class HttpConnection(asyncio.Protocol):
             if self._stopped():
                 break
             request, keep_alive = self.queue.popleft()
-            if self.paused and self.transport is not None and len(self.queue) < _MAX_QUEUED // 2:
+            self.queued_bytes -= len(request.body)
+            if self.paused and self._queue_has_room():
                 self.transport.resume_reading()
                 self.paused = False
             try:
@@ -405,7 +444,17 @@ class HttpConnection(asyncio.Protocol):
                 keep_alive = False
             if not keep_alive:
                 self._close()
+            elif self.writing_paused:  # the client is behind: no more replies until it reads
+                await self.drained()
         self.busy = False
+
+    def _queue_has_room(self) -> bool:
+        """Room to read again: the queue is down to half of either bound."""
+        return (
+            self.transport is not None
+            and len(self.queue) < _MAX_QUEUED // 2
+            and self.queued_bytes < _MAX_QUEUED_BYTES // 2
+        )
 
     def _write_reply(self, reply: Reply, keep_alive: bool, head_only: bool = False) -> None:
         """Head and body (a reply to HEAD: its head only, with the length of the body)."""

@@ -27,6 +27,9 @@ class ReplyWriter(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    async def drained(self) -> None:
+        """Return once the client has read enough of what was written (flow control)."""
+
 
 def status_line(status: int) -> bytes:
     try:
@@ -110,9 +113,11 @@ class StreamSender:
         more = message.get("more_body", False)
         if not self.chunked:
             self.connection.write(body)
-            return
-        data = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
-        self.connection.write(data + (b"" if more else b"0\r\n\r\n"))
+        else:
+            data = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
+            self.connection.write(data + (b"" if more else b"0\r\n\r\n"))
+        if more:  # a stream's next part waits until the client has read enough of this one
+            await self.connection.drained()
 
     def _start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.chunked = not any(name.lower() == b"content-length" for name, _ in headers)
