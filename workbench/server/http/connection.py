@@ -429,7 +429,7 @@ class HttpConnection(asyncio.Protocol):
                 break
             request, keep_alive = self.queue.popleft()
             self.queued_bytes -= len(request.body)
-            if self.paused and self._queue_has_room():
+            if self.paused and self.transport is not None and self._queue_has_room():
                 self.transport.resume_reading()
                 self.paused = False
             try:
@@ -450,11 +450,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _queue_has_room(self) -> bool:
         """Room to read again: the queue is down to half of either bound."""
-        return (
-            self.transport is not None
-            and len(self.queue) < _MAX_QUEUED // 2
-            and self.queued_bytes < _MAX_QUEUED_BYTES // 2
-        )
+        return len(self.queue) < _MAX_QUEUED // 2 and self.queued_bytes < _MAX_QUEUED_BYTES // 2
 
     def _write_reply(self, reply: Reply, keep_alive: bool, head_only: bool = False) -> None:
         """Head and body (a reply to HEAD: its head only, with the length of the body)."""
