@@ -19,6 +19,7 @@ JSON; and a ``config.pbtxt`` or a model folder name with bytes that are not UTF-
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from collections.abc import Iterator, Sequence
@@ -255,8 +256,20 @@ GRPC_CASES = {
         ),
         False,
     ),
+    "load_files_without_config": (
+        "RepositoryModelLoad",
+        pb.RepositoryModelLoadRequest(
+            model_name="uploaded",
+            parameters={"file:1/model.py": pb.ModelRepositoryParameter(bytes_param=b"x = 1\n")},
+        ),
+        False,
+    ),
 }
 HTTP_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "load_files_without_config": (
+        "/v2/repository/models/uploaded/load",
+        {"json": {"parameters": {"file:1/model.py": base64.b64encode(b"x = 1\n").decode()}}},
+    ),
     "input_named_twice": ("/v2/models/add_one/infer", {"json": {"inputs": [TENSOR, TENSOR]}}),
     "load_config_not_json": (
         "/v2/repository/models/add_one/load",

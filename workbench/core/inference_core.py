@@ -405,10 +405,13 @@ class InferenceCore:
             log.warning("failed to load '%s': %s", name, exc)
             raise load_error(name, exc) from exc
         if files and override is None:
-            raise InvalidArgumentError(
-                f"failed to load '{name}': a 'config' parameter is required when 'file:' "
-                "parameters override the model's files"
+            # tritonserver 2.51 answers 500 "failed to poll" here too; the log says why.
+            log.warning(
+                "failed to load '%s': 'file:' parameters override a model's files only "
+                "together with a 'config' parameter",
+                name,
             )
+            raise InternalError(f"failed to load '{name}', failed to poll from model repository")
         path = None
         if files:
             write = functools.partial(self.repository.write_override, config=override, files=files)
