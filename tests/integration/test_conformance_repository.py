@@ -235,16 +235,20 @@ def test_the_index_lists_only_the_repository_folders_as_triton(
         text = (root / "gone" / "config.pbtxt").read_text()
         (root / "gone" / "config.pbtxt").write_text(text.replace('"add_one"', '"gone"'))
         seen: list[Any] = []
-        for model, request in (("uploaded", upload), ("gone", None)):
-            answer = requests.post(f"{url}/v2/repository/models/{model}/load", json=request)
-            seen.append([model, answer.status_code])
-        shutil.rmtree(root / "gone")
-        index = requests.post(f"{url}/v2/repository/index", data=b"").json()
-        seen.append(sorted(e["name"] for e in index))
-        for model in ("uploaded", "gone"):
-            seen.append([model, requests.get(f"{url}/v2/models/{model}/ready").status_code])
-            requests.post(f"{url}/v2/repository/models/{model}/unload")
-        _wait_unloaded(url)
+        try:
+            for model, request in (("uploaded", upload), ("gone", None)):
+                answer = requests.post(f"{url}/v2/repository/models/{model}/load", json=request)
+                seen.append([model, answer.status_code])
+            shutil.rmtree(root / "gone")
+            index = requests.post(f"{url}/v2/repository/index", data=b"").json()
+            seen.append(sorted(e["name"] for e in index))
+            for model in ("uploaded", "gone"):
+                seen.append([model, requests.get(f"{url}/v2/models/{model}/ready").status_code])
+        finally:  # the Triton of this module serves the next tests from the same folder
+            shutil.rmtree(root / "gone", ignore_errors=True)
+            for model in ("uploaded", "gone"):
+                requests.post(f"{url}/v2/repository/models/{model}/unload")
+            _wait_unloaded(url)
         return seen
 
     ours_root = _repository(tmp_path / "repo")

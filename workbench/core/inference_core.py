@@ -258,7 +258,9 @@ class InferenceCore:
             # unloaded with the ensembles that use it, and those come back with it.
             for name in changes.removed:
                 await self._unload_each([name])
-            await self._load_many([*changes.added, *changes.modified])
+            loading = [*changes.added, *changes.modified]
+            self._waiting_ensembles.difference_update(loading)  # loaded here, not twice
+            await self._load_many(loading)
             await self._load_waiting_ensembles()
 
     # -- health and metadata -------------------------------------------------------------------

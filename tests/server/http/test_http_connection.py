@@ -547,68 +547,101 @@ def test_a_client_gone_while_its_replies_wait_to_be_read_frees_the_wait() -> Non
 
 
 class _HeldApp:
-    """An app whose every request waits for ``go``; answers 200 with an empty body."""
+    """An app whose every request waits for ``go``; answers 200 with an empty body. What
+    happens is noted in ``events``, which its transport shares."""
 
     max_input_bytes = 64 << 20
 
-    def __init__(self) -> None:
+    def __init__(self, events: list[str]) -> None:
         self.tracer = type("Off", (), {"enabled": False})()
         self.go = asyncio.Event()
-        self.served = 0
+        self.events = events
 
     async def handle(self, request: object) -> Reply:
         await self.go.wait()
-        self.served += 1
+        self.events.append("served")
         return Reply(200, b"")
 
 
-class _Transport:
-    """Records the flow-control calls a connection makes."""
+class _FlowTransport(_Transport):
+    """Notes the flow-control calls a connection makes; ``full`` makes each write fill it
+    past its high-water mark (the transport then calls ``pause_writing``)."""
 
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.written = 0
-
-    def get_extra_info(self, name: str) -> None:
-        return None
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.protocol: HttpConnection | None = None
+        self.full = False
+        self.closed = False
 
     def pause_reading(self) -> None:
-        self.calls.append("pause")
+        self.events.append("pause")
 
     def resume_reading(self) -> None:
-        self.calls.append("resume")
+        self.events.append("resume")
 
     def write(self, data: bytes) -> None:
-        self.written += 1
+        self.writelines([data])
 
     def writelines(self, parts: object) -> None:
-        self.written += 1
+        if self.full and self.protocol is not None:
+            self.protocol.pause_writing()
 
     def is_closing(self) -> bool:
-        return False
+        return self.closed
+
+    def close(self) -> None:
+        self.events.append("close")
+        self.closed = True
 
 
-def test_reading_stops_while_large_bodies_wait_to_be_served() -> None:
-    """Pipelined requests with large bodies: reading stops once their bodies queued hold
-    ``_MAX_QUEUED_BYTES`` (long before ``_MAX_QUEUED`` requests), and goes on once served."""
+def _held_connection() -> tuple[HttpConnection, _HeldApp, _FlowTransport, list[str]]:
+    events: list[str] = []
+    app, transport = _HeldApp(events), _FlowTransport(events)
+    connection = HttpConnection(app, set(), set())  # type: ignore[arg-type]
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    transport.protocol = connection
+    return connection, app, transport, events
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("it did not happen")
+
+
+def test_reading_stops_while_large_bodies_wait_and_goes_on_at_half() -> None:
+    """Pipelined requests with large bodies: reading stops once the bodies queued hold
+    ``_MAX_QUEUED_BYTES`` (long before ``_MAX_QUEUED`` requests) and goes on once they are
+    down to half, with a request still queued."""
 
     async def main() -> None:
-        app = _HeldApp()
-        transport = _Transport()
-        connection = HttpConnection(app, set(), set())  # type: ignore[arg-type]
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        body = b"x" * (2 << 20)
-        connection.data_received(post("/v2/models/m/infer", body))  # served (held)
-        await asyncio.sleep(0)
-        for _ in range(2):  # 4 MiB queued behind it
+        connection, app, _, events = _held_connection()
+        body = b"x" * (3 << 19)  # 1.5 MiB
+        for _ in range(4):  # the first is served (held); 4.5 MiB queue behind it
             connection.data_received(post("/v2/models/m/infer", body))
-        assert transport.calls == ["pause"]
+            await asyncio.sleep(0)
+        assert events == ["pause"]
         app.go.set()
-        for _ in range(100):
-            if app.served == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert app.served == 3 and transport.calls == ["pause", "resume"]
+        await _until(lambda: events.count("served") == 4)
+        assert events == ["pause", "served", "served", "resume", "served", "served"]
+        connection.connection_lost(None)
+
+    asyncio.run(main())
+
+
+def test_a_server_stopping_while_a_reply_waits_to_be_read_closes_once_it_is() -> None:
+    async def main() -> None:
+        connection, app, transport, events = _held_connection()
+        transport.full = True
+        app.go.set()
+        connection.data_received(get("/v2/health/live"))
+        await _until(lambda: connection.writing_paused)
+        connection.shutdown()  # between replies, but the last one is not read yet
+        assert "close" not in events
+        connection.resume_writing()  # the client read it
+        await _until(lambda: "close" in events)
         connection.connection_lost(None)
 
     asyncio.run(main())

@@ -203,7 +203,7 @@ class HttpConnection(asyncio.Protocol):
         """Return once the client has read enough of what was written (at once unless
         ``pause_writing`` came): the serving task's wait before its next reply."""
         if self.writing_paused and not self.closed:
-            if self._drain is None:
+            if self._drain is None or self._drain.done():  # (one whose waiter was cancelled)
                 self._drain = self.loop.create_future()
             await self._drain
 
@@ -256,6 +256,7 @@ class HttpConnection(asyncio.Protocol):
         self.closing = True  # its reply says ``Connection: close`` and ends the connection
         assert self.transport is not None
         self.transport.pause_reading()
+        self.paused = False  # so that serving the queue does not resume reading
 
     def _refuse(self, status: int, body: bytes) -> None:
         """Answer ``status`` with a JSON ``{"error": ...}`` and hang up, as uvicorn does for
@@ -296,7 +297,9 @@ class HttpConnection(asyncio.Protocol):
         is arriving, which has no timeout)."""
         if self._stopped():
             return
-        if self.late_refusal is not None:
+        if self.closing:  # the server stopped while a reply waited for its client to read
+            self._close()
+        elif self.late_refusal is not None:
             self._refuse(*self.late_refusal)
         elif self.in_head and self.head_bytes:
             self._arm(self.loop.time() + self._head_s)  # a head came in while we served
