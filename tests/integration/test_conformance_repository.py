@@ -260,3 +260,56 @@ def test_the_index_lists_only_the_repository_folders_as_triton(
     assert ours_story == theirs
     assert "uploaded" not in ours_story[2] and "gone" not in ours_story[2]
     assert ["uploaded", 200] in ours_story[3:] and ["gone", 200] in ours_story[3:]
+
+
+def _reload_story(url: str, root: Path) -> list[Any]:
+    """add_one and ens loaded; add_one loaded again with its input renamed (ens no longer
+    fits it), then with its config restored: what the server says after each."""
+    body = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+    config = root / "add_one" / "config.pbtxt"
+    original = config.read_text()
+    seen: list[Any] = []
+
+    def look(label: str) -> None:
+        index = requests.post(f"{url}/v2/repository/index", data=b"").json()
+        infer = requests.post(f"{url}/v2/models/ens/infer", json=body)
+        stats = requests.get(f"{url}/v2/models/ens/stats")
+        count = None
+        if stats.status_code == 200:
+            count = stats.json()["model_stats"][0]["inference_stats"]["success"]["count"]
+        ready = requests.get(f"{url}/v2/models/ens/ready").status_code
+        seen.append([label, index, ready, infer.status_code, infer.json().get("error"), count])
+
+    try:
+        for model in ("add_one", "ens"):
+            assert requests.post(f"{url}/v2/repository/models/{model}/load").status_code == 200
+        look("loaded")
+        config.write_text(original.replace('"INPUT0"', '"RENAMED"'))
+        seen.append(requests.post(f"{url}/v2/repository/models/add_one/load").status_code)
+        _wait_unloaded(url)
+        look("add_one's input renamed")
+        config.write_text(original)
+        seen.append(requests.post(f"{url}/v2/repository/models/add_one/load").status_code)
+        look("add_one restored")  # ens loaded again: its statistics start afresh
+    finally:
+        config.write_text(original)
+        for model in ("ens", "add_one"):
+            requests.post(f"{url}/v2/repository/models/{model}/unload")
+        _wait_unloaded(url)
+    return seen
+
+
+def test_an_ensemble_is_loaded_again_with_its_step_and_unloaded_when_it_no_longer_fits(
+    urls: dict[str, str], tmp_path: Path
+) -> None:
+    ours_root = _repository(tmp_path / "repo")
+    with Server(
+        ours_root, http_port=0, grpc_port=0, metrics_port=0, model_control_mode="explicit"
+    ) as ours:
+        ours_story = _reload_story(ours.url, ours_root)
+    theirs = _reload_story(urls["triton"], Path(urls["root"]))
+    assert _masked(ours_story, str(ours_root)) == _masked(theirs, urls["root"])
+    renamed = ours_story[2]
+    ens = next(e for e in renamed[1] if e["name"] == "ens")
+    assert ens["state"] == "UNAVAILABLE" and ens["reason"] == "unloaded" and renamed[2] == 400
+    assert ours_story[-1][-1] == 1  # one inference since ens came back

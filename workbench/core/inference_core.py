@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,20 +205,24 @@ class InferenceCore:
             return self.repository.model_names()
         return list(dict.fromkeys(self.options.load_models))
 
-    async def _load_many(self, names: Sequence[str]) -> None:
-        """Load plain models concurrently, then ensembles (which need their steps loaded)."""
+    async def _load_many(self, names: Sequence[str]) -> list[str]:
+        """Load plain models concurrently, then ensembles (which need their steps loaded);
+        the names that loaded."""
         ensembles = [n for n in names if self._peek_is_ensemble(n)]
         plain = [n for n in names if n not in ensembles]
-        await asyncio.gather(*(self._load_logged(n) for n in plain))
+        loaded = await asyncio.gather(*(self._load_logged(n) for n in plain))
         for name in ensembles:
-            await self._load_logged(name)
+            loaded.append(await self._load_logged(name))
+        return [name for name, ok in zip([*plain, *ensembles], loaded, strict=True) if ok]
 
-    async def _load_logged(self, name: str) -> None:
+    async def _load_logged(self, name: str) -> bool:
         try:
             await self._load_with_dependencies(name)
-            log.info("successfully loaded '%s'", name)
         except WorkbenchError as exc:
             log.error("failed to load '%s': %s", name, exc)
+            return False
+        log.info("successfully loaded '%s'", name)
+        return True
 
     def _peek_is_ensemble(self, name: str) -> bool:
         try:
@@ -260,8 +264,10 @@ class InferenceCore:
                 await self._unload_each([name])
             loading = [*changes.added, *changes.modified]
             self._waiting_ensembles.difference_update(loading)  # loaded here, not twice
-            await self._load_many(loading)
-            await self._load_waiting_ensembles()
+            loaded = await self._load_many(loading)
+            for name in loaded:
+                await self._reload_dependents(name, skip=loading)
+            await self._load_waiting_ensembles(loaded)
 
     # -- health and metadata -------------------------------------------------------------------
     @property
@@ -428,7 +434,8 @@ class InferenceCore:
             await self._load_with_dependencies(name, override, path)
         except WorkbenchError as exc:
             raise load_error(name, exc) from exc
-        await self._load_waiting_ensembles()
+        await self._reload_dependents(name)
+        await self._load_waiting_ensembles([name])
 
     async def _refresh_remote(self, name: str) -> None:
         """Copy a model of a remote repository afresh, as Triton does for each explicit load."""
@@ -440,15 +447,47 @@ class InferenceCore:
                 f"failed to load '{name}', failed to poll from model repository"
             ) from exc
 
-    async def _load_waiting_ensembles(self) -> None:
-        """Load the ensembles a composing model's unload took down, once they can serve."""
+    async def _load_waiting_ensembles(self, loaded: Collection[str]) -> None:
+        """Load the ensembles that wait for a composing model (its unload took them down, or
+        they no longer fitted it) once one of ``loaded``, just loaded, lets them serve."""
         for name in sorted(self._waiting_ensembles):
             record = self.models.record(name)
             config = record.config if record else None
-            if config is None or not all(self.models.is_ready(m) for m in composing_models(config)):
+            if config is None:
+                continue
+            steps = composing_models(config)
+            if not any(m in loaded for m in steps) or not all(
+                self.models.is_ready(m) for m in steps
+            ):
                 continue
             self._waiting_ensembles.discard(name)
-            await self._load_logged(name)
+            await self._reload_ensemble(name)
+
+    async def _reload_dependents(self, name: str, skip: Collection[str] = ()) -> None:
+        """As tritonserver 2.51: the serving ensembles that use ``name``, just loaded again,
+        are loaded again too, checked against its new configuration (and so on up)."""
+        for record in list(self.models.records()):
+            config = record.config
+            if not record.versions or config is None or not cfg.is_ensemble(config):
+                continue
+            if record.name not in skip and name in composing_models(config):
+                await self._reload_ensemble(record.name, skip)
+
+    async def _reload_ensemble(self, name: str, skip: Collection[str] = ()) -> None:
+        """Load ensemble ``name`` again. One that no longer fits its steps is unloaded, as
+        tritonserver 2.51 does (UNAVAILABLE "unloaded"; why is in the log), and waits for its
+        steps to change again."""
+        try:
+            await self._load_with_dependencies(name)
+        except WorkbenchError as exc:
+            log.error("failed to load '%s': %s", name, exc)
+            self._waiting_ensembles.add(name)
+            await self.models.unload(name)
+            await self._unload_dependents(name)
+            return
+        log.info("successfully loaded '%s'", name)
+        await self._reload_dependents(name, skip)
+        await self._load_waiting_ensembles([name])
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Triton's repository unload: the model stops serving at once; the call returns when
