@@ -261,10 +261,11 @@ class HttpConnection(asyncio.Protocol):
     def _refuse(self, status: int, body: bytes) -> None:
         """Answer ``status`` with a JSON ``{"error": ...}`` and hang up, as uvicorn does for
         bytes that are not HTTP/1.x (the body left out when the request was a HEAD: a client
-        would read it as the next reply)."""
+        would read it as the next reply). Bytes that stop before a request target (``HEAD``
+        and nothing more, timed out) are no HEAD request yet: they get the body."""
         assert self.transport is not None
         head = reply_head(status, _content(body, b"application/json"), keep_alive=False)
-        if self.parser.get_method() != b"HEAD":
+        if not self.url or self.parser.get_method() != b"HEAD":
             head += body
         self.transport.write(bytes(head))
         self.transport.close()
