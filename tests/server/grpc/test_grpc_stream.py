@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tests.server.fake_core import FakeCore
 from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
+from workbench.server.grpc.stream import MAX_PENDING
 
 P = pb.InferParameter
 Input = pb.ModelInferRequest.InferInputTensor
@@ -215,3 +216,42 @@ def test_a_client_leaving_closes_the_models_stream(grpc_server: GrpcServer) -> N
         time.sleep(0.02)
     assert grpc_server.core.streams_closed == ["repeat"]
     assert grpc_server.client().is_server_live()
+
+
+def test_a_client_that_does_not_read_stops_its_stream_being_read(
+    grpc_server: GrpcServer,
+) -> None:
+    """Beyond Triton 2.51 (which serves every request and holds every response): a stream
+    whose responses are not read stops being served once ``MAX_PENDING`` of its requests wait
+    to be written; once read, every response arrives, in order."""
+    count, size = MAX_PENDING * 3, 128 * 1024
+    element = b"x" * size
+    message = pb.ModelInferRequest(
+        model_name="echo_bytes",
+        inputs=[Input(name="INPUT0", datatype="BYTES", shape=[1])],
+        raw_input_contents=[len(element).to_bytes(4, "little") + element],
+    )
+    served_before = grpc_server.core.success.get("echo_bytes", 0)
+
+    def served() -> int:
+        return grpc_server.core.success.get("echo_bytes", 0) - served_before
+
+    unlimited = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}
+    responses = grpc_server.stub(**unlimited).ModelStreamInfer(iter([message] * count), timeout=60)
+    try:
+        last, same = served(), 0
+        for _ in range(400):  # until the count has stood still for a second (20 s at most)
+            time.sleep(0.05)
+            now = served()
+            same, last = (same + 1 if now == last else 0), now
+            if same >= 20:
+                break
+        # beside those pending: the writes gRPC holds (WRITE_AHEAD) and what the client's
+        # window took in before it filled
+        assert last < 2 * MAX_PENDING, f"{last} of {count} served before any response was read"
+        received = [r for _, r in zip(range(count), responses, strict=False)]
+    finally:
+        responses.cancel()
+    assert len(received) == count and served() == count
+    assert all(not r.error_message for r in received)
+    assert all(len(r.infer_response.raw_output_contents[0]) == 4 + size for r in received)

@@ -400,6 +400,17 @@ class Call {
     if (!finishing_) context_.set_compression_algorithm(algorithm);
   }
 
+  // A stream's next message is asked of gRPC only while reading is on: off, the client's
+  // messages wait in gRPC's flow-control window (and then the client), not in our memory.
+  void SetReading(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_reads_ = !on;
+    if (on && read_wanted_ && !finishing_ && !reading_) {
+      read_wanted_ = false;
+      StartRead();
+    }
+  }
+
  private:
   void Accepted(bool ok) {
     if (!ok) return;
@@ -431,7 +442,12 @@ class Call {
     Event event(MESSAGE, id_);
     Take(&event);
     engine_->Push(std::move(event));
-    if (!finishing_) StartRead();
+    if (finishing_) return;
+    if (holding_reads_) {
+      read_wanted_ = true;  // asked for once reading goes on
+    } else {
+      StartRead();
+    }
   }
 
   void WriteNext() {
@@ -523,6 +539,8 @@ class Call {
   bool streaming_ = false;
   bool accepted_ = false;
   bool reading_ = false;
+  bool holding_reads_ = false;  // set_reading(id, False): no next read until set on again
+  bool read_wanted_ = false;    // a read held back while holding_reads_
   bool writing_ = false;
   bool finishing_ = false;
   bool finish_pending_ = false;
@@ -972,6 +990,20 @@ PyObject* Server_set_compression(ServerObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// set_reading(id, on): whether a stream's next message is read (on by default); off, what the
+// client sends waits in gRPC's flow control
+PyObject* Server_set_reading(ServerObject* self, PyObject* args) {
+  unsigned long long id;
+  int on;
+  if (!Ready(self) || !PyArg_ParseTuple(args, "Kp", &id, &on)) return nullptr;
+  Engine* engine = self->engine;
+  Py_BEGIN_ALLOW_THREADS;
+  std::shared_ptr<Call> call = engine->Find(id);
+  if (call) call->SetReading(on != 0);
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kServerMethods[] = {
     {"start", reinterpret_cast<PyCFunction>(Server_start), METH_VARARGS, nullptr},
     {"shutdown", reinterpret_cast<PyCFunction>(Server_shutdown), METH_VARARGS, nullptr},
@@ -981,6 +1013,7 @@ PyMethodDef kServerMethods[] = {
     {"finish", reinterpret_cast<PyCFunction>(Server_finish), METH_VARARGS, nullptr},
     {"set_compression", reinterpret_cast<PyCFunction>(Server_set_compression), METH_VARARGS,
      nullptr},
+    {"set_reading", reinterpret_cast<PyCFunction>(Server_set_reading), METH_VARARGS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -120,6 +120,10 @@ class NativeCall:
     def set_compression(self, compression: grpc.Compression) -> None:
         self._server.native.set_compression(self.id, int(compression.value))
 
+    def set_reading(self, on: bool) -> None:
+        """Whether gRPC reads this stream's next message (see ``stream.StreamSession``)."""
+        self._server.native.set_reading(self.id, on)
+
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         if self._done_callbacks is None:
             self._done_callbacks = []

@@ -15,6 +15,13 @@ What Triton 2.51 does (``src/grpc/stream_infer_handler.cc``), and so what this d
   model's error ends the stream with its gRPC status.
 - While tracing is on, each request is sampled as it is read, and a traced one writes its
   trace once its last response has been written (``tracing.StreamTimestamps``).
+
+Beyond Triton: a stream stops reading while ``MAX_PENDING`` of its requests are being served
+or have responses waiting to be written, and reads on once half of those are written. A client
+that streams requests and never reads the responses so holds the server to that many (Triton
+2.51 serves every request and holds every response; ``benchmarks/slow_reader.py``). The native
+front end then asks gRPC for no further message (``set_reading``): what the client sends waits
+in HTTP/2's flow control.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from workbench.server.status import error_message, grpc_status
 
 log = logging.getLogger("workbench.server.grpc")
 GRPC_ERROR_HEADER = "triton_grpc_error"
+#: a stream's requests being served or with responses still to write, before it stops reading
+MAX_PENDING = 128
 
 
 @dataclass(slots=True)
@@ -86,6 +95,9 @@ class StreamSession:
         self._tasks: set[asyncio.Task[None]] = set()
         #: done when the previous in-order (not decoupled) request's response was queued
         self._turn: asyncio.Future[None] | None = None
+        #: set while the stream reads (see the module's docstring)
+        self._reading = asyncio.Event()
+        self._reading.set()
 
     async def run(self, requests: AsyncIterable[ModelInferRequest]) -> None:
         """Serve the stream until the client is done and every response is written."""
@@ -98,6 +110,8 @@ class StreamSession:
                     await self._write_traced(item)
                 else:
                     await self.context.write(item)
+                if not self._reading.is_set() and self._pending() < MAX_PENDING // 2:
+                    self._read_on(True)
         finally:
             reader.cancel()
             for task in self._tasks:
@@ -119,9 +133,27 @@ class StreamSession:
             task = asyncio.ensure_future(serving)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if self._pending() >= MAX_PENDING:
+                self._read_on(False)
+                await self._reading.wait()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._out.put_nowait(None)
+
+    def _pending(self) -> int:
+        """Requests being served, and responses waiting to be written."""
+        return len(self._tasks) + self._out.qsize()
+
+    def _read_on(self, on: bool) -> None:
+        """Read the stream's next requests, or not (the native front end: not even from the
+        client; grpc.aio reads only what it is asked for)."""
+        if on:
+            self._reading.set()
+        else:
+            self._reading.clear()
+        set_reading = getattr(self.context, "set_reading", None)
+        if set_reading is not None:
+            set_reading(on)
 
     def _sample(self, message: ModelInferRequest) -> StreamTimestamps | None:
         """The request's trace (with GRPC_WAITREAD_*: it was read now) when it is sampled."""
