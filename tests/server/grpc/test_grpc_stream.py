@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tests.server.fake_core import FakeCore
 from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
-from workbench.server.grpc.stream import MAX_PENDING
+from workbench.server.grpc.stream import MAX_UNWRITTEN
 
 P = pb.InferParameter
 Input = pb.ModelInferRequest.InferInputTensor
@@ -222,9 +222,10 @@ def test_a_client_that_does_not_read_stops_its_stream_being_read(
     grpc_server: GrpcServer,
 ) -> None:
     """Beyond Triton 2.51 (which serves every request and holds every response): a stream
-    whose responses are not read stops being served once ``MAX_PENDING`` of its requests wait
-    to be written; once read, every response arrives, in order."""
-    count, size = MAX_PENDING * 3, 128 * 1024
+    whose responses are not read stops being read once ``MAX_UNWRITTEN`` of them wait, so the
+    client cannot send the rest (the native front end holds gRPC's next read; grpc.aio reads
+    on demand); once it reads, every response arrives, in order."""
+    count, size = MAX_UNWRITTEN * 3, 1024 * 1024
     element = b"x" * size
     message = pb.ModelInferRequest(
         model_name="echo_bytes",
@@ -232,23 +233,34 @@ def test_a_client_that_does_not_read_stops_its_stream_being_read(
         raw_input_contents=[len(element).to_bytes(4, "little") + element],
     )
     served_before = grpc_server.core.success.get("echo_bytes", 0)
+    sent = 0
 
     def served() -> int:
         return grpc_server.core.success.get("echo_bytes", 0) - served_before
 
-    unlimited = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}
-    responses = grpc_server.stub(**unlimited).ModelStreamInfer(iter([message] * count), timeout=60)
+    def requests() -> Iterator[pb.ModelInferRequest]:
+        nonlocal sent
+        for _ in range(count):
+            sent += 1
+            yield message
+
+    # Responses of 1 MiB: gRPC completes a write once its bytes are on the socket, and the
+    # client's gRPC takes in what its windows allow (unread by the test); with 128 KiB ones
+    # it once took in all 384 (48 MiB), held then by the client, not the server.
+    options = {"grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1}
+    responses = grpc_server.stub(**options).ModelStreamInfer(requests(), timeout=60)
     try:
-        last, same = served(), 0
-        for _ in range(400):  # until the count has stood still for a second (20 s at most)
+        last, same = (sent, served()), 0
+        for _ in range(400):  # until both counts have stood still for a second (20 s at most)
             time.sleep(0.05)
-            now = served()
+            now = (sent, served())
             same, last = (same + 1 if now == last else 0), now
             if same >= 20:
                 break
-        # beside those pending: the writes gRPC holds (WRITE_AHEAD) and what the client's
-        # window took in before it filled
-        assert last < 2 * MAX_PENDING, f"{last} of {count} served before any response was read"
+        # beside those waiting: the writes gRPC holds (WRITE_AHEAD), what the client's window
+        # took in, and the requests in HTTP/2's windows the other way
+        assert last[1] < 2 * MAX_UNWRITTEN, f"{last[1]} of {count} served, none read"
+        assert last[0] < count, "the client sent every request: the server read them all"
         received = [r for _, r in zip(range(count), responses, strict=False)]
     finally:
         responses.cancel()

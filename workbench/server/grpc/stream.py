@@ -16,12 +16,16 @@ What Triton 2.51 does (``src/grpc/stream_infer_handler.cc``), and so what this d
 - While tracing is on, each request is sampled as it is read, and a traced one writes its
   trace once its last response has been written (``tracing.StreamTimestamps``).
 
-Beyond Triton: a stream stops reading while ``MAX_PENDING`` of its requests are being served
-or have responses waiting to be written, and reads on once half of those are written. A client
-that streams requests and never reads the responses so holds the server to that many (Triton
-2.51 serves every request and holds every response; ``benchmarks/slow_reader.py``). The native
-front end then asks gRPC for no further message (``set_reading``): what the client sends waits
-in HTTP/2's flow control.
+Beyond Triton: a stream stops reading while ``MAX_UNWRITTEN`` of its responses wait to be
+written (gRPC holds a few more, ``native.WRITE_AHEAD``, and the client's window more still),
+and reads on once half of those are written. A client that streams requests and never reads
+the responses so holds the server to about that many (Triton 2.51 serves every request and
+holds every response; ``benchmarks/slow_reader.py``). The native front end then asks gRPC for
+no further message (``set_reading``): what the client sends waits in HTTP/2's flow control.
+Requests still being served do not count: a model may hold one until later requests of the
+stream arrive. A client that sends all its requests before it reads any response, with more
+responses than its window takes, now waits for itself; tritonclient's and perf_analyzer's
+streams read as they send.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ from workbench.server.status import error_message, grpc_status
 
 log = logging.getLogger("workbench.server.grpc")
 GRPC_ERROR_HEADER = "triton_grpc_error"
-#: a stream's requests being served or with responses still to write, before it stops reading
-MAX_PENDING = 128
+#: a stream's responses waiting to be written, before it stops reading
+MAX_UNWRITTEN = 128
 
 
 @dataclass(slots=True)
@@ -110,8 +114,8 @@ class StreamSession:
                     await self._write_traced(item)
                 else:
                     await self.context.write(item)
-                if not self._reading.is_set() and self._pending() < MAX_PENDING // 2:
-                    self._read_on(True)
+                if not self._reading.is_set() and self._out.qsize() < MAX_UNWRITTEN // 2:
+                    self._read_on(True)  # only written responses leave the queue: no wake is missed
         finally:
             reader.cancel()
             for task in self._tasks:
@@ -133,16 +137,12 @@ class StreamSession:
             task = asyncio.ensure_future(serving)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            if self._pending() >= MAX_PENDING:
+            if self._out.qsize() >= MAX_UNWRITTEN:
                 self._read_on(False)
                 await self._reading.wait()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._out.put_nowait(None)
-
-    def _pending(self) -> int:
-        """Requests being served, and responses waiting to be written."""
-        return len(self._tasks) + self._out.qsize()
 
     def _read_on(self, on: bool) -> None:
         """Read the stream's next requests, or not (the native front end: not even from the
