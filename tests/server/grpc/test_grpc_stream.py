@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tests.server.fake_core import FakeCore
 from tests.server.grpc.served import BUILT_SERVERS, GrpcServer, serve_grpc
 from workbench.core.request import InferRequest, InferResponse
-from workbench.server.grpc.stream import MAX_UNWRITTEN
+from workbench.server.grpc.stream import MAX_PENDING
 
 P = pb.InferParameter
 Input = pb.ModelInferRequest.InferInputTensor
@@ -222,10 +222,10 @@ def test_a_client_that_does_not_read_stops_its_stream_being_read(
     grpc_server: GrpcServer,
 ) -> None:
     """Beyond Triton 2.51 (which serves every request and holds every response): a stream
-    whose responses are not read stops being read once ``MAX_UNWRITTEN`` of them wait, so the
+    whose responses are not read stops being read once ``MAX_PENDING`` of them wait, so the
     client cannot send the rest (the native front end holds gRPC's next read; grpc.aio reads
     on demand); once it reads, every response arrives, in order."""
-    count, size = MAX_UNWRITTEN * 3, 1024 * 1024
+    count, size = MAX_PENDING * 3, 1024 * 1024
     element = b"x" * size
     message = pb.ModelInferRequest(
         model_name="echo_bytes",
@@ -259,7 +259,7 @@ def test_a_client_that_does_not_read_stops_its_stream_being_read(
                 break
         # beside those waiting: the writes gRPC holds (WRITE_AHEAD), what the client's window
         # took in, and the requests in HTTP/2's windows the other way
-        assert last[1] < 2 * MAX_UNWRITTEN, f"{last[1]} of {count} served, none read"
+        assert last[1] < 2 * MAX_PENDING, f"{last[1]} of {count} served, none read"
         assert last[0] < count, "the client sent every request: the server read them all"
         received = [r for _, r in zip(range(count), responses, strict=False)]
     finally:
@@ -267,3 +267,14 @@ def test_a_client_that_does_not_read_stops_its_stream_being_read(
     assert len(received) == count and served() == count
     assert all(not r.error_message for r in received)
     assert all(len(r.infer_response.raw_output_contents[0]) == 4 + size for r in received)
+
+
+def test_a_long_stream_of_decoupled_requests_ending_in_bare_flags_is_served_whole(
+    grpc_server: GrpcServer,
+) -> None:
+    # Each ``repeat`` request answers once, then ends with a final flag that writes nothing;
+    # the hold on reading counts a decoupled request only by its responses, so there is
+    # nothing to wait for that never comes (a reviewer's case against an earlier version).
+    results = _stream(grpc_server, [_repeat(1, f"r{i}") for i in range(MAX_PENDING * 3)])
+    assert len(results) == MAX_PENDING * 3
+    assert {r["infer_response"]["id"] for r in results} == {f"r{i}" for i in range(MAX_PENDING * 3)}

@@ -16,16 +16,17 @@ What Triton 2.51 does (``src/grpc/stream_infer_handler.cc``), and so what this d
 - While tracing is on, each request is sampled as it is read, and a traced one writes its
   trace once its last response has been written (``tracing.StreamTimestamps``).
 
-Beyond Triton: a stream stops reading while ``MAX_UNWRITTEN`` of its responses wait to be
-written (gRPC holds a few more, ``native.WRITE_AHEAD``, and the client's window more still),
-and reads on once half of those are written. A client that streams requests and never reads
-the responses so holds the server to about that many (Triton 2.51 serves every request and
-holds every response; ``benchmarks/slow_reader.py``). The native front end then asks gRPC for
-no further message (``set_reading``): what the client sends waits in HTTP/2's flow control.
-Requests still being served do not count: a model may hold one until later requests of the
-stream arrive. A client that sends all its requests before it reads any response, with more
-responses than its window takes, now waits for itself; tritonclient's and perf_analyzer's
-streams read as they send.
+Beyond Triton: a stream stops reading while ``MAX_PENDING`` of its requests are pending (those
+of models that are not decoupled until answered, and responses until written: gRPC holds a
+few more, ``native.WRITE_AHEAD``), and reads on once half of those are done. A client that
+streams requests faster than they are served, or never reads the responses, so holds the
+server to about that many (Triton 2.51 reads and serves every request and holds every
+response; ``benchmarks/slow_reader.py``). The native front end then asks gRPC for no further
+message (``set_reading``): what the client sends waits in HTTP/2's flow control. A decoupled
+model's requests count only by their responses: such a model may hold a request until later
+ones of the stream arrive. A client that sends all its requests before it reads any response,
+with more responses than its window takes, now waits for itself; tritonclient's and
+perf_analyzer's streams read as they send.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ from workbench.server.status import error_message, grpc_status
 
 log = logging.getLogger("workbench.server.grpc")
 GRPC_ERROR_HEADER = "triton_grpc_error"
-#: a stream's responses waiting to be written, before it stops reading
-MAX_UNWRITTEN = 128
+#: a stream's requests served and responses unwritten (see above), before it stops reading
+MAX_PENDING = 128
 
 
 @dataclass(slots=True)
@@ -102,6 +103,8 @@ class StreamSession:
         #: set while the stream reads (see the module's docstring)
         self._reading = asyncio.Event()
         self._reading.set()
+        #: requests to models that are not decoupled, not answered yet
+        self._unanswered = 0
 
     async def run(self, requests: AsyncIterable[ModelInferRequest]) -> None:
         """Serve the stream until the client is done and every response is written."""
@@ -114,8 +117,7 @@ class StreamSession:
                     await self._write_traced(item)
                 else:
                     await self.context.write(item)
-                if not self._reading.is_set() and self._out.qsize() < MAX_UNWRITTEN // 2:
-                    self._read_on(True)  # only written responses leave the queue: no wake is missed
+                self._maybe_read_on()
         finally:
             reader.cancel()
             for task in self._tasks:
@@ -133,16 +135,33 @@ class StreamSession:
     async def _read(self, requests: AsyncIterable[ModelInferRequest]) -> None:
         async for message in requests:
             stamps = self._sample(message)
-            serving = self._serve(message, self._claim_turn(message), stamps)
+            decoupled = self._is_decoupled(message)
+            serving = self._serve(message, self._claim_turn(decoupled), stamps)
             task = asyncio.ensure_future(serving)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            if self._out.qsize() >= MAX_UNWRITTEN:
+            if not decoupled:
+                self._unanswered += 1
+                task.add_done_callback(self._answered)
+            if self._pending() >= MAX_PENDING:
                 self._read_on(False)
                 await self._reading.wait()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._out.put_nowait(None)
+
+    def _pending(self) -> int:
+        return self._unanswered + self._out.qsize()
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._unanswered -= 1
+        self._maybe_read_on()
+
+    def _maybe_read_on(self) -> None:
+        """Read on once half of what held the stream is done (checked wherever it shrinks:
+        a request answered, a response written)."""
+        if not self._reading.is_set() and self._pending() < MAX_PENDING // 2:
+            self._read_on(True)
 
     def _read_on(self, on: bool) -> None:
         """Read the stream's next requests, or not (the native front end: not even from the
@@ -163,9 +182,9 @@ class StreamSession:
         trace = self.tracer.sample(message.model_name, carrier)
         return None if trace is None else StreamTimestamps(trace)
 
-    def _claim_turn(self, message: ModelInferRequest) -> tuple[Any, Any]:
+    def _claim_turn(self, decoupled: bool) -> tuple[Any, Any]:
         """The turn to wait for and the one to give, for a request that is not decoupled."""
-        if self._is_decoupled(message):
+        if decoupled:
             return None, None
         previous, mine = self._turn, asyncio.get_running_loop().create_future()
         self._turn = mine
