@@ -22,9 +22,10 @@ from workbench import threads
 from workbench._types import StrPath
 from workbench.core.bls_client import CoreClient
 from workbench.core.ensemble import composing_models
-from workbench.core.lifecycle import LoadOptions, ModelManager, ModelState
+from workbench.core.lifecycle import LoadOptions, ModelManager
 from workbench.core.model import BackendModel, ServingModel, model_metadata, one_response
 from workbench.core.rate_limiter import RATE_LIMIT_MODES, RateLimiter
+from workbench.core.repository_answers import index_entries, load_error
 from workbench.core.request import InferRequest, InferResponse
 from workbench.core.response_cache import ResponseCache
 from workbench.core.trace_settings import TraceManager, TraceOptions
@@ -359,32 +360,7 @@ class InferenceCore:
 
     # -- repository extension ------------------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        """As tritonserver 2.51: the models of the repository's folders (a model loaded from
-        ``file:`` contents, or still serving after its folder went, is not listed)."""
-        names = self.repository.model_names()
-        entries: list[dict[str, Any]] = []
-        for name in names:
-            entries.extend(self._index_entries(name))
-        if ready_only:
-            entries = [e for e in entries if e.get("state") == ModelState.READY.value]
-        return entries
-
-    def _index_entries(self, name: str) -> list[dict[str, Any]]:
-        record = self.models.record(name)
-        if record is None or record.state is None:
-            return [{"name": name}]
-        if record.versions:
-            return [
-                {"name": name, "version": str(v), "state": "READY"} for v in sorted(record.versions)
-            ]
-        state = record.state.value
-        # tritonserver 2.51 lists an unloading model without a reason
-        reason = {} if record.state is ModelState.UNLOADING else {"reason": record.reason}
-        if record.retired:
-            return [
-                {"name": name, "version": str(v), "state": state, **reason} for v in record.retired
-            ]
-        return [{"name": name, "state": state, **reason}]
+        return index_entries(self.repository.model_names(), self.models.record, ready_only)
 
     def _require_model_control(self) -> None:
         if self.options.control_mode != "explicit":
@@ -523,17 +499,6 @@ class InferenceCore:
                 self._waiting_ensembles.add(record.name)
                 await self.models.unload(record.name)
                 await self._unload_dependents(record.name)
-
-
-def load_error(name: str, error: WorkbenchError) -> WorkbenchError:
-    """What Triton 2.51 answers to a failed repository load (the reason is in the index).
-
-    A configuration it cannot accept fails its repository poll (500); a model that fails
-    while loading answers 400 ``load failed for model '<name>': ...`` with a trailing newline.
-    """
-    if isinstance(error, ConfigError):
-        return InternalError(f"failed to load '{name}', failed to poll from model repository")
-    return InvalidArgumentError(f"load failed for model '{name}': {error}\n")
 
 
 __all__ = ["TRITON_VERSION", "CoreOptions", "InferenceCore"]
